@@ -1,0 +1,127 @@
+"""Module-level API: start and run workflows, signal, cancel, inspect, on the default
+backend of this process (or the one a ``url=`` names)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from typing import Any, ParamSpec, TypeVar
+
+from perdure.backend import Backend, ReconcileOutcome, RunHandle
+from perdure.config import resolve_url
+from perdure.records import Event, RunInfo, RunStatus
+from perdure.registry import open_backend
+from perdure.workflow import Workflow
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_backends: dict[str, Backend] = {}
+_default_url: str | None = None
+
+
+def configure(url: str | None) -> None:
+    """Set this process's default backend URL (``None``: back to the environment)."""
+    global _default_url
+    _default_url = url
+
+
+async def connect(url: str | None = None) -> Backend:
+    """The opened backend for ``url`` (resolved as in DESIGN: argument, env, pyproject,
+    default), shared within this process and event loop."""
+    resolved = resolve_url(url or _default_url)
+    key = f"{id(asyncio.get_running_loop())}:{resolved}"
+    backend = _backends.get(key)
+    if backend is None:
+        backend = open_backend(resolved)
+        await backend.open()
+        _backends[key] = backend
+    return backend
+
+
+async def shutdown() -> None:
+    """Close every backend this process opened (drives in flight are released)."""
+    backends = list(_backends.values())
+    _backends.clear()
+    for backend in backends:
+        await backend.close()
+
+
+async def start(
+    workflow: Workflow[P, R], /, *args: Any, run_id: str | None = None,
+    url: str | None = None, **kwargs: Any
+) -> RunHandle:
+    """Start a durable run and return its handle at once; this process drives it.
+
+    Starting is idempotent: an existing ``run_id`` returns the existing run.
+    """
+    backend = await connect(url)
+    return await backend.start(workflow, args, kwargs, run_id=run_id or uuid.uuid4().hex)
+
+
+async def run(
+    workflow: Workflow[P, R], /, *args: Any, run_id: str | None = None,
+    url: str | None = None, **kwargs: Any
+) -> R:
+    """Start a durable run, wait for it and return its result."""
+    handle = await start(workflow, *args, run_id=run_id, url=url, **kwargs)
+    result: R = await handle.result()
+    return result
+
+
+async def get_handle(run_id: str, *, url: str | None = None) -> RunHandle:
+    backend = await connect(url)
+    await backend.get_run(run_id)
+    return RunHandle(backend, run_id)
+
+
+async def get_run(run_id: str, *, url: str | None = None) -> RunInfo:
+    return await (await connect(url)).get_run(run_id)
+
+
+async def list_runs(*, statuses: Sequence[RunStatus] | None = None,
+                    older_than: float | None = None, workflow: str | None = None,
+                    limit: int = 100, url: str | None = None) -> list[RunInfo]:
+    backend = await connect(url)
+    return await backend.list_runs(statuses=statuses, older_than=older_than,
+                                   workflow=workflow, limit=limit)
+
+
+async def history(run_id: str, *, url: str | None = None) -> list[Event]:
+    return await (await connect(url)).history(run_id)
+
+
+async def signal(run_id: str, name: str, payload: Any = None, *, by: str | None = None,
+                 url: str | None = None) -> None:
+    """Deliver the signal ``name`` to a run, from any process."""
+    await (await connect(url)).signal(run_id, name, payload, by=by)
+
+
+APPROVAL = "approval"
+
+
+async def approve(run_id: str, *, by: str | None = None, message: str | None = None,
+                  url: str | None = None) -> None:
+    """Approve what the run waits for (``wait_for_signal("approval")``)."""
+    await signal(run_id, APPROVAL, {"approved": True, "message": message}, by=by, url=url)
+
+
+async def reject(run_id: str, *, by: str | None = None, message: str | None = None,
+                 url: str | None = None) -> None:
+    await signal(run_id, APPROVAL, {"approved": False, "message": message}, by=by, url=url)
+
+
+async def cancel(run_id: str, *, url: str | None = None) -> RunInfo:
+    return await (await connect(url)).cancel(run_id)
+
+
+async def resume(run_id: str, *, url: str | None = None) -> RunInfo:
+    return await (await connect(url)).resume(run_id)
+
+
+async def reconcile(run_id: str, step_key: str, outcome: ReconcileOutcome, *,
+                    result: Any = None, message: str | None = None, by: str | None = None,
+                    url: str | None = None) -> RunInfo:
+    return await (await connect(url)).reconcile(run_id, step_key, outcome, result=result,
+                                                message=message, by=by)

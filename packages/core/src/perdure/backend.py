@@ -1,0 +1,156 @@
+"""The ``Backend`` interface: what the public API and the CLI need from a substrate.
+
+The embedded engine (SQLite, PostgreSQL), Temporal and DBOS each implement it; the
+user's code never names the class, a URL picks it (``perdure.connect``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from perdure.errors import (
+    DeterminismError,
+    NeedsAttentionError,
+    RunCancelledError,
+    RunFailedError,
+)
+from perdure.records import Event, RunInfo, RunStatus
+from perdure.serialization import from_jsonable
+from perdure.workflow import Workflow
+
+ReconcileOutcome = Literal["succeeded", "failed", "retry"]
+
+
+class Backend(ABC):
+    """A substrate that stores and drives durable runs."""
+
+    url: str
+
+    async def __aenter__(self) -> Backend:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect (and migrate). Idempotent."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Stop driving, release leases, close connections."""
+
+    @abstractmethod
+    async def start(
+        self,
+        workflow: Workflow[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        run_id: str,
+        parent_run_id: str | None = None,
+    ) -> RunHandle:
+        """Create the run and begin driving it; an existing ``run_id`` is returned as is."""
+
+    @abstractmethod
+    async def get_run(self, run_id: str) -> RunInfo:
+        """The run now; ``RunNotFoundError`` for an unknown id."""
+
+    @abstractmethod
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] | None = None,
+        older_than: float | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+    ) -> list[RunInfo]:
+        """Runs, newest first; ``older_than`` in seconds since their last update."""
+
+    @abstractmethod
+    async def history(self, run_id: str) -> list[Event]:
+        """The run's full history, oldest first."""
+
+    @abstractmethod
+    async def signal(self, run_id: str, name: str, payload: Any = None, *,
+                     by: str | None = None) -> None:
+        """Deliver a signal; a run waiting for it resumes."""
+
+    @abstractmethod
+    async def cancel(self, run_id: str) -> RunInfo:
+        """Request cancellation; completed steps with compensations are compensated."""
+
+    @abstractmethod
+    async def resume(self, run_id: str) -> RunInfo:
+        """Make a suspended or parked run due again now (after a fix or a deploy)."""
+
+    @abstractmethod
+    async def reconcile(self, run_id: str, step_key: str, outcome: ReconcileOutcome, *,
+                        result: Any = None, message: str | None = None,
+                        by: str | None = None) -> RunInfo:
+        """Resolve a parked effect: it ``succeeded`` (with ``result``), ``failed``, or
+        should be tried again (``retry``). The run becomes due."""
+
+    @abstractmethod
+    async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo:
+        """Wait until the run stops (terminal or parked); drive it here when due and able."""
+
+    @abstractmethod
+    async def serve(self, *, stop: asyncio.Event, concurrency: int = 100) -> None:
+        """Be a worker: recover and drive due runs of every registered workflow until ``stop``."""
+
+
+class RunHandle:
+    """A started run. Cheap to create; every method asks the backend."""
+
+    def __init__(self, backend: Backend, run_id: str) -> None:
+        self.backend = backend
+        self.run_id = run_id
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.run_id!r} on {self.backend.url}>"
+
+    async def info(self) -> RunInfo:
+        return await self.backend.get_run(self.run_id)
+
+    async def status(self) -> RunStatus:
+        return (await self.info()).status
+
+    async def result(self, *, timeout: float | None = None) -> Any:
+        """Wait for the run to end and return its result.
+
+        Raises ``RunFailedError``, ``RunCancelledError``, ``NeedsAttentionError`` or
+        ``DeterminismError`` as the run ends or parks; ``TimeoutError`` after ``timeout``.
+        """
+        info = await self.backend.wait(self.run_id, timeout=timeout)
+        return outcome(info)
+
+    async def signal(self, name: str, payload: Any = None, *, by: str | None = None) -> None:
+        await self.backend.signal(self.run_id, name, payload, by=by)
+
+    async def cancel(self) -> RunInfo:
+        return await self.backend.cancel(self.run_id)
+
+    async def history(self) -> list[Event]:
+        return await self.backend.history(self.run_id)
+
+
+def outcome(info: RunInfo) -> Any:
+    """The run's result, or the typed error its end or parking stands for."""
+    if info.status is RunStatus.SUCCEEDED:
+        return from_jsonable(info.result, f"result of run {info.run_id!r}")
+    if info.status is RunStatus.FAILED:
+        raise RunFailedError(info.run_id, info.error or {})
+    if info.status is RunStatus.CANCELLED:
+        raise RunCancelledError(info.run_id)
+    if info.status is RunStatus.NEEDS_ATTENTION:
+        attention = info.attention or {}
+        if attention.get("reason") == "determinism":
+            raise DeterminismError(info.run_id, str(attention.get("step_key")),
+                                   str(attention.get("message")))
+        raise NeedsAttentionError(info.run_id, str(attention.get("step_key")))
+    raise RuntimeError(f"run {info.run_id!r} is still {info.status.value}")

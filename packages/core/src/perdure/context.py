@@ -1,0 +1,65 @@
+"""What a running workflow talks to: the ``RunContext`` a backend provides.
+
+The public functions in ``perdure.steps`` look up the current context here; outside a
+run there is none and they are transparent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from perdure.retry import DEFAULT_RETRY, RetryPolicy
+
+StepKind = Literal["step", "effect"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpec:
+    """How one step is recorded, retried and compensated."""
+
+    name: str
+    kind: StepKind = "step"
+    retry: RetryPolicy = DEFAULT_RETRY
+    #: For effects: True when the receiver dedupes on ``idempotency_key()`` (retry with
+    #: the same key after a crash); False records an intent first and parks the run
+    #: as needs-attention when a crash leaves the outcome unknown.
+    idempotent_receiver: bool = False
+    #: Called with the step's result when the run is cancelled after it completed.
+    compensate: Callable[[Any], Any] | None = None
+
+
+class RunContext(Protocol):
+    """The durable operations of one run, implemented by each backend."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    async def step(
+        self, spec: StepSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Return the recorded result of this step, or execute and record it."""
+        ...
+
+    async def wait_for_signal(self, name: str, timeout: float | None) -> Any:
+        """Return the payload of the next signal ``name``, suspending until it arrives."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait durably; the run may be suspended and resumed elsewhere."""
+        ...
+
+    def patched(self, marker: str) -> bool:
+        """True on runs that reach this point with code containing the patch."""
+        ...
+
+    def idempotency_key(self) -> str:
+        """The key of the step executing now."""
+        ...
+
+
+current_run: ContextVar[RunContext | None] = ContextVar("perdure_current_run", default=None)
+#: The key of the step whose function is executing, for ``idempotency_key()``.
+current_step_key: ContextVar[str | None] = ContextVar("perdure_current_step", default=None)

@@ -1,0 +1,1 @@
+"""The embedded engine: drives runs by replaying their history from a ``Store``."""

@@ -1,0 +1,268 @@
+"""``EmbeddedBackend``: the engine on a ``Store``, driving runs in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from perdure.backend import Backend, ReconcileOutcome, RunHandle
+from perdure.engine.driver import RunDriver, encode_input
+from perdure.engine.owners import new_owner_id, owner_is_dead
+from perdure.errors import ConfigurationError, InvalidRunStateError, RunNotFoundError
+from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus
+from perdure.serialization import to_jsonable
+from perdure.store import Lease, NewRun, Store
+from perdure.workflow import Workflow, get_workflow, registered_workflows
+
+log = logging.getLogger("perdure.engine")
+
+#: A parked run stops ``wait``: someone has to act before it can go on.
+STOPPED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_ATTENTION)
+
+
+class EmbeddedBackend(Backend):
+    """Runs are driven by whichever process holds their lease: the one that started
+    them, or a worker (``serve``) that recovered them."""
+
+    def __init__(self, store: Store, *, lease_seconds: float = 30.0,
+                 poll_interval: float = 0.5) -> None:
+        if lease_seconds <= 0 or poll_interval <= 0:
+            raise ConfigurationError("lease_seconds and poll_interval must be positive")
+        self.store = store
+        self.url = store.url
+        self.lease_seconds = lease_seconds
+        self.poll_interval = poll_interval
+        self.owner = new_owner_id()
+        self._opened = False
+        self._drives: dict[str, asyncio.Task[RunStatus | None]] = {}
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._changed = asyncio.Condition()
+
+    async def open(self) -> None:
+        if not self._opened:
+            await self.store.open()
+            self._opened = True
+
+    async def close(self) -> None:
+        drives = list(self._drives.values())
+        for task in drives:
+            task.cancel()
+        for task in drives:
+            with contextlib.suppress(BaseException):
+                await task
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(BaseException):
+                await self._heartbeat
+            self._heartbeat = None
+        if self._opened:
+            await self.store.close()
+            self._opened = False
+
+    # -- driving -----------------------------------------------------------------------
+
+    def _drive(self, lease: Lease, workflow: Workflow[..., Any]) -> asyncio.Task[RunStatus | None]:
+        task = asyncio.get_running_loop().create_task(
+            RunDriver(self, lease, workflow).drive(), name=f"perdure-run-{lease.run_id}"
+        )
+        self._drives[lease.run_id] = task
+        task.add_done_callback(lambda t: asyncio.ensure_future(self._drive_done(lease, t)))
+        if self._heartbeat is None or self._heartbeat.done():
+            self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
+        return task
+
+    async def _drive_done(self, lease: Lease, task: asyncio.Task[RunStatus | None]) -> None:
+        if self._drives.get(lease.run_id) is task:
+            del self._drives[lease.run_id]
+        if task.cancelled():
+            # This process is shutting down: give the run back for another worker.
+            with contextlib.suppress(Exception):
+                await self.store.release(lease)
+        elif task.exception() is not None:
+            log.error("drive of run %s crashed", lease.run_id, exc_info=task.exception())
+        await self._notify()
+
+    async def _beat(self) -> None:
+        """Keep this process's leases alive while it drives anything."""
+        while self._drives:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                await self.store.renew(self.owner, self.lease_seconds, now=time.time())
+            except Exception:
+                log.warning("lease renewal failed; retrying", exc_info=True)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _wait_change(self, timeout: float) -> None:
+        async with self._changed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), max(timeout, 0.0))
+
+    async def _try_take(self, info: RunInfo) -> asyncio.Task[RunStatus | None] | None:
+        """Drive ``info``'s run here if it is due, its workflow is known and we win it."""
+        if info.run_id in self._drives:
+            return self._drives[info.run_id]
+        try:
+            workflow = get_workflow(info.workflow)
+        except LookupError:
+            return None
+        now = time.time()
+        dead = info.owner if info.owner and owner_is_dead(info.owner) else None
+        lease = await self.store.acquire(info.run_id, self.owner, self.lease_seconds,
+                                         now=now, break_owner=dead)
+        return None if lease is None else self._drive(lease, workflow)
+
+    # -- Backend -----------------------------------------------------------------------
+
+    async def start(
+        self,
+        workflow: Workflow[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        run_id: str,
+        parent_run_id: str | None = None,
+    ) -> RunHandle:
+        await self.open()
+        new = NewRun(run_id, workflow.name, encode_input(run_id, args, kwargs),
+                     workflow.code_version, parent_run_id)
+        _, lease = await self.store.create_run(new, self.owner, self.lease_seconds)
+        if lease is not None:
+            self._drive(lease, workflow)
+        return RunHandle(self, run_id)
+
+    async def get_run(self, run_id: str) -> RunInfo:
+        await self.open()
+        return await self.store.get_run(run_id)
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] | None = None,
+        older_than: float | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+    ) -> list[RunInfo]:
+        await self.open()
+        before = None if older_than is None else time.time() - older_than
+        return await self.store.list_runs(statuses=statuses, updated_before=before,
+                                          workflow=workflow, limit=limit)
+
+    async def history(self, run_id: str) -> list[Event]:
+        await self.open()
+        return await self.store.load_history(run_id)
+
+    async def signal(self, run_id: str, name: str, payload: Any = None, *,
+                     by: str | None = None) -> None:
+        await self.open()
+        data = to_jsonable(payload, f"payload of signal {name!r} to run {run_id!r}")
+        await self.store.deliver_signal(run_id, name, data, by, now=time.time())
+        await self._notify()
+
+    async def cancel(self, run_id: str) -> RunInfo:
+        await self.open()
+        info = await self.store.request_cancel(run_id, now=time.time())
+        await self._notify()
+        return info
+
+    async def resume(self, run_id: str) -> RunInfo:
+        await self.open()
+        info = await self.store.get_run(run_id)
+        if info.attention and info.attention.get("reason") == "unknown-outcome":
+            raise InvalidRunStateError(
+                f"run {run_id!r} waits for the outcome of step "
+                f"{info.attention.get('step_key')!r}; use reconcile, not resume"
+            )
+        info = await self.store.admin_append(
+            run_id, [NewEvent(EventKind.RECONCILED, data={"outcome": "resume"})],
+            expect=(RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION),
+            status=RunStatus.SUSPENDED, now=time.time())
+        await self._notify()
+        return info
+
+    async def reconcile(self, run_id: str, step_key: str, outcome: ReconcileOutcome, *,
+                        result: Any = None, message: str | None = None,
+                        by: str | None = None) -> RunInfo:
+        await self.open()
+        info = await self.store.get_run(run_id)
+        parked = (info.attention or {}).get("step_key")
+        if info.status is not RunStatus.NEEDS_ATTENTION or parked != step_key:
+            raise InvalidRunStateError(
+                f"run {run_id!r} has no unknown outcome at step {step_key!r} "
+                f"(status {info.status.value}, parked step {parked!r})"
+            )
+        data: dict[str, Any] = {"outcome": outcome, "by": by, "message": message}
+        if outcome == "succeeded":
+            data["result"] = to_jsonable(result, f"reconciled result of step {step_key!r}")
+        elif outcome == "failed":
+            data["error"] = {"type": "Reconciled", "message": message or "marked failed"}
+        info = await self.store.admin_append(
+            run_id, [NewEvent(EventKind.RECONCILED, step_key, step_key.partition(":")[2], data)],
+            expect=(RunStatus.NEEDS_ATTENTION,), status=RunStatus.SUSPENDED, now=time.time())
+        await self._notify()
+        return info
+
+    async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo:
+        await self.open()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            task = self._drives.get(run_id)
+            if task is not None:
+                await asyncio.shield(task)
+            info = await self.store.get_run(run_id)
+            if info.status in STOPPED:
+                return info
+            if await self._try_take(info) is not None:
+                continue
+            pause = self.poll_interval
+            if info.wake_at is not None:
+                pause = min(pause, info.wake_at - time.time())
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"run {run_id!r} still {info.status.value} after {timeout}s")
+                pause = min(pause, left)
+            await self._wait_change(pause)
+
+    async def serve(self, *, stop: asyncio.Event, concurrency: int = 100) -> None:
+        await self.open()
+        while not stop.is_set():
+            names = registered_workflows()
+            if not names:
+                raise ConfigurationError("this worker has no registered workflows; "
+                                         "import the module that defines them")
+            await self._recover_dead(names)
+            room = concurrency - len(self._drives)
+            if room > 0:
+                leases = await self.store.claim_due(self.owner, self.lease_seconds,
+                                                    now=time.time(), workflows=names, limit=room)
+                for lease in leases:
+                    info = await self.store.get_run(lease.run_id)
+                    self._drive(lease, get_workflow(info.workflow))
+                if len(leases) == room:
+                    continue
+            pause = self.poll_interval
+            wake = await self.store.next_wake(names)
+            if wake is not None:
+                pause = min(pause, wake - time.time())
+            stopper = asyncio.ensure_future(stop.wait())
+            waiter = asyncio.ensure_future(self._wait_change(pause))
+            await asyncio.wait({stopper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            waiter.cancel()
+
+    async def _recover_dead(self, names: Sequence[str]) -> None:
+        """Break the leases of runs whose owner process on this host has died."""
+        owned = await self.store.list_runs(statuses=(RunStatus.RUNNING, RunStatus.PENDING),
+                                           limit=10_000)
+        for info in owned:
+            if info.workflow in names and info.owner and info.owner != self.owner \
+                    and owner_is_dead(info.owner):
+                with contextlib.suppress(RunNotFoundError):
+                    await self._try_take(info)

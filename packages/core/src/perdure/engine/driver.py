@@ -1,0 +1,136 @@
+"""Drives one run: replays its history through the workflow and writes what is new."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from perdure.context import StepSpec, current_run
+from perdure.engine.replay import Cancelled, EmbeddedRunContext, Interrupt, error_info
+from perdure.errors import DeterminismError, LeaseLostError, SerializationError, StepFailedError
+from perdure.records import EventKind, NewEvent, RunInfo, RunStatus
+from perdure.serialization import from_jsonable, to_jsonable
+from perdure.store import Lease, RunUpdate, Store
+from perdure.workflow import Workflow
+
+if TYPE_CHECKING:
+    from perdure.engine.backend import EmbeddedBackend
+
+log = logging.getLogger("perdure.engine")
+
+
+class RunDriver:
+    """Owns ``lease`` for the length of one drive of its run."""
+
+    def __init__(self, backend: EmbeddedBackend, lease: Lease, workflow: Workflow[..., Any]) -> None:
+        self.backend = backend
+        self.store: Store = backend.store
+        self.lease = lease
+        self.workflow = workflow
+        self.cancelling = False
+
+    async def append(self, events: list[NewEvent], *, consume_signal: int | None = None,
+                     update: RunUpdate | None = None) -> None:
+        await self.store.append(self.lease, events, lease_seconds=self.backend.lease_seconds,
+                                update=update, consume_signal=consume_signal)
+
+    async def drive(self) -> RunStatus | None:
+        """Run the workflow to its next stop. Returns the status written, or None when
+        the lease was lost to another owner."""
+        run_id = self.lease.run_id
+        try:
+            info = await self.store.get_run(run_id)
+            history = await self.store.load_history(run_id)
+            args, kwargs = _decode_input(info)
+        except Exception as exc:
+            log.error("run %s cannot be replayed: %s", run_id, exc)
+            return await self._park_broken(exc)
+        ctx = EmbeddedRunContext(self, history)
+        token = current_run.set(ctx)
+        try:
+            return await self._drive(ctx, args, kwargs)
+        except LeaseLostError:
+            log.info("run %s: lease lost to another owner; stopping this drive", run_id)
+            return None
+        finally:
+            current_run.reset(token)
+
+    async def _drive(self, ctx: EmbeddedRunContext, args: list[Any],
+                     kwargs: dict[str, Any]) -> RunStatus:
+        try:
+            try:
+                result = await self.workflow.fn(*args, **kwargs)
+            except Cancelled:
+                return await self._cancel(ctx)
+            except Interrupt:
+                raise
+            except DeterminismError as exc:
+                return await self._park_broken(exc)
+            except Exception as exc:
+                error = error_info(exc)
+                if isinstance(exc, StepFailedError):
+                    error.update(step=exc.step_key, attempts=exc.attempts,
+                                 cause={"type": exc.error_type, "message": exc.error_message})
+                await self._finish(RunStatus.FAILED, [NewEvent(EventKind.RUN_FAILED, data=error)],
+                                   error=error)
+                return RunStatus.FAILED
+            try:
+                ctx.check_fully_replayed()
+            except DeterminismError as exc:
+                return await self._park_broken(exc)
+            try:
+                encoded = to_jsonable(result, f"result of run {self.lease.run_id!r}")
+            except SerializationError as exc:
+                error = error_info(exc)
+                await self._finish(RunStatus.FAILED, [NewEvent(EventKind.RUN_FAILED, data=error)],
+                                   error=error)
+                return RunStatus.FAILED
+            await self._finish(RunStatus.SUCCEEDED,
+                               [NewEvent(EventKind.RUN_SUCCEEDED, data={"result": encoded})],
+                               result=encoded)
+            return RunStatus.SUCCEEDED
+        except Interrupt as stop:
+            await self.append(stop.events, update=stop.update)
+            return stop.update.status
+
+    async def _finish(self, status: RunStatus, events: list[NewEvent], *, result: Any = None,
+                      error: dict[str, Any] | None = None) -> None:
+        await self.append(events, update=RunUpdate(status, result=result, error=error))
+
+    async def _cancel(self, ctx: EmbeddedRunContext) -> RunStatus:
+        """Compensate completed steps, newest first, each as a recorded step."""
+        self.cancelling = True
+        compensated: list[str] = []
+        for comp in reversed(ctx.compensations):
+            spec = StepSpec(f"compensate:{comp.key.partition(':')[2]}")
+            await ctx.step(spec, comp.fn, (comp.result,), {})
+            compensated.append(comp.key)
+        await self._finish(RunStatus.CANCELLED,
+                           [NewEvent(EventKind.RUN_CANCELLED, data={"compensated": compensated})])
+        return RunStatus.CANCELLED
+
+    async def _park_broken(self, exc: BaseException) -> RunStatus:
+        """History and code disagree, or the history is unreadable: stop and say where.
+
+        The run is parked, not failed, so deploying compatible code and
+        ``perdure resume`` can still finish it.
+        """
+        attention: dict[str, Any] = {"reason": type(exc).__name__, "message": str(exc)}
+        if isinstance(exc, DeterminismError):
+            attention.update(reason="determinism", step_key=exc.step_key)
+        await self.append([NewEvent(EventKind.NEEDS_ATTENTION, data=attention)],
+                          update=RunUpdate(RunStatus.NEEDS_ATTENTION, attention=attention))
+        return RunStatus.NEEDS_ATTENTION
+
+
+def _decode_input(info: RunInfo) -> tuple[list[Any], dict[str, Any]]:
+    data = from_jsonable(info.input, f"input of run {info.run_id!r}")
+    if not isinstance(data, dict) or "args" not in data:
+        raise SerializationError(f"input of run {info.run_id!r} is not an args/kwargs record")
+    args: list[Any] = list(data["args"])  # pyright: ignore[reportUnknownArgumentType]
+    kwargs: dict[str, Any] = dict(data.get("kwargs") or {})  # pyright: ignore[reportUnknownArgumentType]
+    return args, kwargs
+
+
+def encode_input(run_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return to_jsonable({"args": list(args), "kwargs": kwargs}, f"input of run {run_id!r}")

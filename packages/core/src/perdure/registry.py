@@ -1,0 +1,64 @@
+"""URL scheme → backend, like SQLAlchemy's dialect registry.
+
+Packages register a factory ``open_backend(url) -> Backend`` under the entry-point
+group ``perdure.backends`` with the URL scheme as its name (``sqlite``,
+``postgresql``, ``temporal``, ``dbos+sqlite``...); ``register_backend`` does the same
+at run time.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from perdure.backend import Backend
+from perdure.errors import ConfigurationError
+
+BackendFactory = Callable[[str], Backend]
+
+_factories: dict[str, BackendFactory] = {}
+
+
+def register_backend(scheme: str, factory: BackendFactory) -> None:
+    """Make ``scheme://`` URLs open with ``factory``."""
+    _factories[scheme.lower()] = factory
+
+
+def _scheme(url: str) -> str:
+    if "://" not in url:
+        raise ConfigurationError(
+            f"malformed backend URL {url!r}: expected scheme://..., "
+            "e.g. sqlite:///perdure.db or postgresql://user@host/db"
+        )
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError as exc:
+        raise ConfigurationError(f"malformed backend URL {url!r}: {exc}") from exc
+    if not scheme:
+        raise ConfigurationError(f"malformed backend URL {url!r}: no scheme")
+    return scheme
+
+
+def schemes() -> list[str]:
+    """Every URL scheme this installation can open."""
+    names = set(_factories)
+    names.update(ep.name for ep in importlib.metadata.entry_points(group="perdure.backends"))
+    return sorted(names)
+
+
+def open_backend(url: str) -> Backend:
+    """A new, unopened backend for ``url``."""
+    scheme = _scheme(url)
+    factory = _factories.get(scheme)
+    if factory is None:
+        for ep in importlib.metadata.entry_points(group="perdure.backends", name=scheme):
+            factory = ep.load()
+            _factories[scheme] = factory
+            break
+    if factory is None:
+        raise ConfigurationError(
+            f"no backend for {scheme!r} URLs (in {url!r}); installed: {', '.join(schemes())}. "
+            "Temporal and DBOS need perdure[temporal] / perdure[dbos]"
+        )
+    return factory(url)

@@ -1,0 +1,1 @@
+"""Stores of the embedded engine: SQLite (default), PostgreSQL, and memory (core tests)."""

@@ -1,0 +1,1 @@
+"""pytest plugin: perdure fixtures (filled in by the conformance harness)."""

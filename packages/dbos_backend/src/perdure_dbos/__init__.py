@@ -1,0 +1,3 @@
+"""perdure backend on DBOS Transact."""
+
+__all__: list[str] = []

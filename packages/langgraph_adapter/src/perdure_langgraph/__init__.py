@@ -1,0 +1,3 @@
+"""perdure adapter for LangGraph: a durable checkpointer, recovery and durable side effects."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""perdure backend on a Temporal server."""
+
+__all__: list[str] = []
