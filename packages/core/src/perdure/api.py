@@ -49,8 +49,12 @@ async def shutdown() -> None:
 
 
 async def start(
-    workflow: Workflow[P, R], /, *args: Any, run_id: str | None = None,
-    url: str | None = None, **kwargs: Any
+    workflow: Workflow[P, R],
+    /,
+    *args: Any,
+    run_id: str | None = None,
+    url: str | None = None,
+    **kwargs: Any,
 ) -> RunHandle:
     """Start a durable run and return its handle at once; this process drives it.
 
@@ -61,8 +65,12 @@ async def start(
 
 
 async def run(
-    workflow: Workflow[P, R], /, *args: Any, run_id: str | None = None,
-    url: str | None = None, **kwargs: Any
+    workflow: Workflow[P, R],
+    /,
+    *args: Any,
+    run_id: str | None = None,
+    url: str | None = None,
+    **kwargs: Any,
 ) -> R:
     """Start a durable run, wait for it and return its result."""
     handle = await start(workflow, *args, run_id=run_id, url=url, **kwargs)
@@ -80,20 +88,27 @@ async def get_run(run_id: str, *, url: str | None = None) -> RunInfo:
     return await (await connect(url)).get_run(run_id)
 
 
-async def list_runs(*, statuses: Sequence[RunStatus] | None = None,
-                    older_than: float | None = None, workflow: str | None = None,
-                    limit: int = 100, url: str | None = None) -> list[RunInfo]:
+async def list_runs(
+    *,
+    statuses: Sequence[RunStatus] | None = None,
+    older_than: float | None = None,
+    workflow: str | None = None,
+    limit: int = 100,
+    url: str | None = None,
+) -> list[RunInfo]:
     backend = await connect(url)
-    return await backend.list_runs(statuses=statuses, older_than=older_than,
-                                   workflow=workflow, limit=limit)
+    return await backend.list_runs(
+        statuses=statuses, older_than=older_than, workflow=workflow, limit=limit
+    )
 
 
 async def history(run_id: str, *, url: str | None = None) -> list[Event]:
     return await (await connect(url)).history(run_id)
 
 
-async def signal(run_id: str, name: str, payload: Any = None, *, by: str | None = None,
-                 url: str | None = None) -> None:
+async def signal(
+    run_id: str, name: str, payload: Any = None, *, by: str | None = None, url: str | None = None
+) -> None:
     """Deliver the signal ``name`` to a run, from any process."""
     await (await connect(url)).signal(run_id, name, payload, by=by)
 
@@ -101,14 +116,16 @@ async def signal(run_id: str, name: str, payload: Any = None, *, by: str | None 
 APPROVAL = "approval"
 
 
-async def approve(run_id: str, *, by: str | None = None, message: str | None = None,
-                  url: str | None = None) -> None:
+async def approve(
+    run_id: str, *, by: str | None = None, message: str | None = None, url: str | None = None
+) -> None:
     """Approve what the run waits for (``wait_for_signal("approval")``)."""
     await signal(run_id, APPROVAL, {"approved": True, "message": message}, by=by, url=url)
 
 
-async def reject(run_id: str, *, by: str | None = None, message: str | None = None,
-                 url: str | None = None) -> None:
+async def reject(
+    run_id: str, *, by: str | None = None, message: str | None = None, url: str | None = None
+) -> None:
     await signal(run_id, APPROVAL, {"approved": False, "message": message}, by=by, url=url)
 
 
@@ -120,8 +137,16 @@ async def resume(run_id: str, *, url: str | None = None) -> RunInfo:
     return await (await connect(url)).resume(run_id)
 
 
-async def reconcile(run_id: str, step_key: str, outcome: ReconcileOutcome, *,
-                    result: Any = None, message: str | None = None, by: str | None = None,
-                    url: str | None = None) -> RunInfo:
-    return await (await connect(url)).reconcile(run_id, step_key, outcome, result=result,
-                                                message=message, by=by)
+async def reconcile(
+    run_id: str,
+    step_key: str,
+    outcome: ReconcileOutcome,
+    *,
+    result: Any = None,
+    message: str | None = None,
+    by: str | None = None,
+    url: str | None = None,
+) -> RunInfo:
+    return await (await connect(url)).reconcile(
+        run_id, step_key, outcome, result=result, message=message, by=by
+    )

@@ -76,8 +76,9 @@ class Backend(ABC):
         """The run's full history, oldest first."""
 
     @abstractmethod
-    async def signal(self, run_id: str, name: str, payload: Any = None, *,
-                     by: str | None = None) -> None:
+    async def signal(
+        self, run_id: str, name: str, payload: Any = None, *, by: str | None = None
+    ) -> None:
         """Deliver a signal; a run waiting for it resumes."""
 
     @abstractmethod
@@ -89,15 +90,25 @@ class Backend(ABC):
         """Make a suspended or parked run due again now (after a fix or a deploy)."""
 
     @abstractmethod
-    async def reconcile(self, run_id: str, step_key: str, outcome: ReconcileOutcome, *,
-                        result: Any = None, message: str | None = None,
-                        by: str | None = None) -> RunInfo:
+    async def reconcile(
+        self,
+        run_id: str,
+        step_key: str,
+        outcome: ReconcileOutcome,
+        *,
+        result: Any = None,
+        message: str | None = None,
+        by: str | None = None,
+    ) -> RunInfo:
         """Resolve a parked effect: it ``succeeded`` (with ``result``), ``failed``, or
         should be tried again (``retry``). The run becomes due."""
 
     @abstractmethod
-    async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo:
-        """Wait until the run stops (terminal or parked); drive it here when due and able."""
+    async def wait(
+        self, run_id: str, *, timeout: float | None = None, drive: bool = True
+    ) -> RunInfo:
+        """Wait until the run stops (terminal or parked). With ``drive``, this process
+        drives the run whenever it is due and its workflow is registered here."""
 
     @abstractmethod
     async def serve(self, *, stop: asyncio.Event, concurrency: int = 100) -> None:
@@ -150,7 +161,8 @@ def outcome(info: RunInfo) -> Any:
     if info.status is RunStatus.NEEDS_ATTENTION:
         attention = info.attention or {}
         if attention.get("reason") == "determinism":
-            raise DeterminismError(info.run_id, str(attention.get("step_key")),
-                                   str(attention.get("message")))
+            raise DeterminismError(
+                info.run_id, str(attention.get("step_key")), str(attention.get("message"))
+            )
         raise NeedsAttentionError(info.run_id, str(attention.get("step_key")))
     raise RuntimeError(f"run {info.run_id!r} is still {info.status.value}")

@@ -43,8 +43,13 @@ class RunContext(Protocol):
         """Return the recorded result of this step, or execute and record it."""
         ...
 
-    async def wait_for_signal(self, name: str, timeout: float | None) -> Any:
-        """Return the payload of the next signal ``name``, suspending until it arrives."""
+    async def wait_for_signal(
+        self, name: str, timeout: float | None, details: dict[str, Any] | None = None
+    ) -> Any:
+        """Return the payload of the next signal ``name``, suspending until it arrives.
+
+        ``details`` (what is pending, e.g. a tool call awaiting approval) is shown on
+        the suspended run to whoever lists it."""
         ...
 
     async def sleep(self, seconds: float) -> None:

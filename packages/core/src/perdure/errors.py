@@ -66,9 +66,7 @@ class StepFailedError(PerdureError):
     Raised inside the workflow at the step's call site, identically on replay.
     """
 
-    def __init__(
-        self, step_key: str, attempts: int, error_type: str, message: str
-    ) -> None:
+    def __init__(self, step_key: str, attempts: int, error_type: str, message: str) -> None:
         super().__init__(
             f"step {step_key!r} failed after {attempts} attempt(s): {error_type}: {message}"
         )

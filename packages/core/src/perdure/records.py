@@ -38,7 +38,6 @@ class EventKind(str, enum.Enum):
     NEEDS_ATTENTION = "needs_attention"
     RECONCILED = "reconciled"
     CANCEL_REQUESTED = "cancel_requested"
-    COMPENSATED = "compensated"
     RUN_SUCCEEDED = "run_succeeded"
     RUN_FAILED = "run_failed"
     RUN_CANCELLED = "run_cancelled"

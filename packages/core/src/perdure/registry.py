@@ -53,7 +53,12 @@ def open_backend(url: str) -> Backend:
     factory = _factories.get(scheme)
     if factory is None:
         for ep in importlib.metadata.entry_points(group="perdure.backends", name=scheme):
-            factory = ep.load()
+            try:
+                factory = ep.load()
+            except ImportError as exc:
+                raise ConfigurationError(
+                    f"the backend for {scheme!r} URLs ({ep.value}) cannot be imported: {exc}"
+                ) from exc
             _factories[scheme] = factory
             break
     if factory is None:

@@ -25,12 +25,17 @@ except ImportError:  # pragma: no cover
     _BaseModel = None
 
 
-def _type_path(tp: type) -> str:
+def _type_path(tp: type, where: str) -> str:
+    if "<locals>" in tp.__qualname__:
+        raise SerializationError(
+            f"{where}: {tp.__qualname__} is defined inside a function, so it could not be "
+            "rebuilt on replay; define it at module level"
+        )
     return f"{tp.__module__}:{tp.__qualname__}"
 
 
 def to_jsonable(value: Any, where: str = "value") -> Any:
-    """Return ``value`` as JSON-compatible data, or raise ``SerializationError`` naming ``where``."""
+    """Return ``value`` as JSON data, or raise ``SerializationError`` naming ``where``."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -56,17 +61,18 @@ def to_jsonable(value: Any, where: str = "value") -> Any:
     if isinstance(value, dt.datetime):
         return {TAG: "datetime", "v": value.isoformat()}
     if _BaseModel is not None and isinstance(value, _BaseModel):
-        return {
-            TAG: "pydantic",
-            "t": _type_path(type(value)),
-            "v": value.model_dump(mode="json"),
-        }
+        path = _type_path(type(value), where)
+        try:
+            dumped = value.model_dump(mode="json")
+        except Exception as exc:
+            raise SerializationError(f"{where}: cannot dump {path}: {exc}") from exc
+        return {TAG: "pydantic", "t": path, "v": to_jsonable(dumped, where)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {
             f.name: to_jsonable(getattr(value, f.name), f"{where}.{f.name}")
             for f in dataclasses.fields(value)
         }
-        return {TAG: "dataclass", "t": _type_path(type(value)), "v": fields}
+        return {TAG: "dataclass", "t": _type_path(type(value), where), "v": fields}
     raise SerializationError(
         f"{where}: cannot store a {type(value).__module__}.{type(value).__qualname__}; "
         "return JSON-compatible data, a dataclass or a pydantic model"
@@ -80,7 +86,9 @@ def _resolve(path: str, where: str) -> type:
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
-        raise SerializationError(f"{where}: stored type {path!r} cannot be imported: {exc}") from exc
+        raise SerializationError(
+            f"{where}: stored type {path!r} cannot be imported: {exc}"
+        ) from exc
     if not isinstance(obj, type):
         raise SerializationError(f"{where}: stored type {path!r} is not a class")
     return obj
@@ -102,7 +110,7 @@ def from_jsonable(data: Any, where: str = "value") -> Any:
         if tag == "tuple":
             return tuple(from_jsonable(x, where) for x in v)
         if tag == "bytes":
-            return base64.b64decode(v)
+            return base64.b64decode(v, validate=True)
         if tag == "datetime":
             return dt.datetime.fromisoformat(v)
         if tag == "float":
@@ -111,7 +119,7 @@ def from_jsonable(data: Any, where: str = "value") -> Any:
             tp = _resolve(data["t"], where)
             if _BaseModel is None or not issubclass(tp, _BaseModel):
                 raise SerializationError(f"{where}: {data['t']!r} is not a pydantic model")
-            return tp.model_validate(v)
+            return tp.model_validate(from_jsonable(v, where))
         if tag == "dataclass":
             tp = _resolve(data["t"], where)
             if not dataclasses.is_dataclass(tp):

@@ -30,8 +30,9 @@ async def call_plain(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
     return result
 
 
-async def _dispatch(spec: StepSpec, fn: Callable[..., Any], args: tuple[Any, ...],
-                    kwargs: dict[str, Any]) -> Any:
+async def _dispatch(
+    spec: StepSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     ctx = current_run.get()
     if ctx is None or current_step_key.get() is not None:
         # Outside a run, or nested inside a step that is itself recorded.
@@ -39,9 +40,13 @@ async def _dispatch(spec: StepSpec, fn: Callable[..., Any], args: tuple[Any, ...
     return await ctx.step(spec, fn, args, kwargs)
 
 
-def _decorator(kind: StepKind, name: str | None, retry: RetryPolicy,
-               idempotent_receiver: bool, compensate: Callable[[Any], Any] | None
-               ) -> Callable[[Callable[P, Any]], Callable[P, Awaitable[Any]]]:
+def _decorator(
+    kind: StepKind,
+    name: str | None,
+    retry: RetryPolicy,
+    idempotent_receiver: bool,
+    compensate: Callable[[Any], Any] | None,
+) -> Callable[[Callable[P, Any]], Callable[P, Awaitable[Any]]]:
     def wrap(fn: Callable[P, Any]) -> Callable[P, Awaitable[Any]]:
         spec = StepSpec(name or fn.__name__, kind, retry, idempotent_receiver, compensate)
 
@@ -61,7 +66,9 @@ def step(fn: Callable[P, Awaitable[R]], /) -> Callable[P, Awaitable[R]]: ...
 def step(fn: Callable[P, R], /) -> Callable[P, Awaitable[R]]: ...
 @overload
 def step(
-    *, name: str | None = None, retry: RetryPolicy = DEFAULT_RETRY,
+    *,
+    name: str | None = None,
+    retry: RetryPolicy = DEFAULT_RETRY,
     compensate: Callable[[Any], Any] | None = None,
 ) -> Callable[[Callable[P, Any]], Callable[P, Awaitable[Any]]]: ...
 
@@ -123,17 +130,20 @@ def idempotency_key() -> str:
     return ctx.idempotency_key()
 
 
-async def wait_for_signal(name: str, *, timeout: float | None = None) -> Any:
+async def wait_for_signal(
+    name: str, *, timeout: float | None = None, details: dict[str, Any] | None = None
+) -> Any:
     """Wait durably for the signal ``name`` and return its payload.
 
     The process may exit meanwhile; the run resumes wherever a worker runs once the
     signal is delivered (``perdure.signal``). Raises ``SignalTimeoutError`` after
-    ``timeout`` seconds.
+    ``timeout`` seconds. ``details`` (JSON data saying what is pending) is shown on the
+    suspended run by ``perdure runs list`` and ``get_run(...).attention``.
     """
     ctx = current_run.get()
     if ctx is None:
         raise PerdureError(f"wait_for_signal({name!r}) needs a durable run")
-    return await ctx.wait_for_signal(name, timeout)
+    return await ctx.wait_for_signal(name, timeout, details)
 
 
 async def sleep(seconds: float) -> None:

@@ -19,9 +19,7 @@ _REGISTRY: dict[str, Workflow[..., Any]] = {}
 class Workflow(Generic[P, R]):
     """A registered workflow. Calling it directly runs the function plainly."""
 
-    def __init__(
-        self, fn: Callable[P, Awaitable[R]], name: str, version: str | None
-    ) -> None:
+    def __init__(self, fn: Callable[P, Awaitable[R]], name: str, version: str | None) -> None:
         self.fn = fn
         self.name = name
         self.version = version

@@ -28,8 +28,9 @@ class EmbeddedBackend(Backend):
     """Runs are driven by whichever process holds their lease: the one that started
     them, or a worker (``serve``) that recovered them."""
 
-    def __init__(self, store: Store, *, lease_seconds: float = 30.0,
-                 poll_interval: float = 0.5) -> None:
+    def __init__(
+        self, store: Store, *, lease_seconds: float = 30.0, poll_interval: float = 0.5
+    ) -> None:
         if lease_seconds <= 0 or poll_interval <= 0:
             raise ConfigurationError("lease_seconds and poll_interval must be positive")
         self.store = store
@@ -114,8 +115,9 @@ class EmbeddedBackend(Backend):
             return None
         now = time.time()
         dead = info.owner if info.owner and owner_is_dead(info.owner) else None
-        lease = await self.store.acquire(info.run_id, self.owner, self.lease_seconds,
-                                         now=now, break_owner=dead)
+        lease = await self.store.acquire(
+            info.run_id, self.owner, self.lease_seconds, now=now, break_owner=dead
+        )
         return None if lease is None else self._drive(lease, workflow)
 
     # -- Backend -----------------------------------------------------------------------
@@ -130,8 +132,13 @@ class EmbeddedBackend(Backend):
         parent_run_id: str | None = None,
     ) -> RunHandle:
         await self.open()
-        new = NewRun(run_id, workflow.name, encode_input(run_id, args, kwargs),
-                     workflow.code_version, parent_run_id)
+        new = NewRun(
+            run_id,
+            workflow.name,
+            encode_input(run_id, args, kwargs),
+            workflow.code_version,
+            parent_run_id,
+        )
         _, lease = await self.store.create_run(new, self.owner, self.lease_seconds)
         if lease is not None:
             self._drive(lease, workflow)
@@ -151,15 +158,17 @@ class EmbeddedBackend(Backend):
     ) -> list[RunInfo]:
         await self.open()
         before = None if older_than is None else time.time() - older_than
-        return await self.store.list_runs(statuses=statuses, updated_before=before,
-                                          workflow=workflow, limit=limit)
+        return await self.store.list_runs(
+            statuses=statuses, updated_before=before, workflow=workflow, limit=limit
+        )
 
     async def history(self, run_id: str) -> list[Event]:
         await self.open()
         return await self.store.load_history(run_id)
 
-    async def signal(self, run_id: str, name: str, payload: Any = None, *,
-                     by: str | None = None) -> None:
+    async def signal(
+        self, run_id: str, name: str, payload: Any = None, *, by: str | None = None
+    ) -> None:
         await self.open()
         data = to_jsonable(payload, f"payload of signal {name!r} to run {run_id!r}")
         await self.store.deliver_signal(run_id, name, data, by, now=time.time())
@@ -180,15 +189,25 @@ class EmbeddedBackend(Backend):
                 f"{info.attention.get('step_key')!r}; use reconcile, not resume"
             )
         info = await self.store.admin_append(
-            run_id, [NewEvent(EventKind.RECONCILED, data={"outcome": "resume"})],
+            run_id,
+            [NewEvent(EventKind.RECONCILED, data={"outcome": "resume"})],
             expect=(RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION),
-            status=RunStatus.SUSPENDED, now=time.time())
+            status=RunStatus.SUSPENDED,
+            now=time.time(),
+        )
         await self._notify()
         return info
 
-    async def reconcile(self, run_id: str, step_key: str, outcome: ReconcileOutcome, *,
-                        result: Any = None, message: str | None = None,
-                        by: str | None = None) -> RunInfo:
+    async def reconcile(
+        self,
+        run_id: str,
+        step_key: str,
+        outcome: ReconcileOutcome,
+        *,
+        result: Any = None,
+        message: str | None = None,
+        by: str | None = None,
+    ) -> RunInfo:
         await self.open()
         info = await self.store.get_run(run_id)
         parked = (info.attention or {}).get("step_key")
@@ -203,12 +222,18 @@ class EmbeddedBackend(Backend):
         elif outcome == "failed":
             data["error"] = {"type": "Reconciled", "message": message or "marked failed"}
         info = await self.store.admin_append(
-            run_id, [NewEvent(EventKind.RECONCILED, step_key, step_key.partition(":")[2], data)],
-            expect=(RunStatus.NEEDS_ATTENTION,), status=RunStatus.SUSPENDED, now=time.time())
+            run_id,
+            [NewEvent(EventKind.RECONCILED, step_key, step_key.partition(":")[2], data)],
+            expect=(RunStatus.NEEDS_ATTENTION,),
+            status=RunStatus.SUSPENDED,
+            now=time.time(),
+        )
         await self._notify()
         return info
 
-    async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo:
+    async def wait(
+        self, run_id: str, *, timeout: float | None = None, drive: bool = True
+    ) -> RunInfo:
         await self.open()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -218,7 +243,7 @@ class EmbeddedBackend(Backend):
             info = await self.store.get_run(run_id)
             if info.status in STOPPED:
                 return info
-            if await self._try_take(info) is not None:
+            if drive and await self._try_take(info) is not None:
                 continue
             pause = self.poll_interval
             if info.wake_at is not None:
@@ -235,13 +260,15 @@ class EmbeddedBackend(Backend):
         while not stop.is_set():
             names = registered_workflows()
             if not names:
-                raise ConfigurationError("this worker has no registered workflows; "
-                                         "import the module that defines them")
+                raise ConfigurationError(
+                    "this worker has no registered workflows; import the module that defines them"
+                )
             await self._recover_dead(names)
             room = concurrency - len(self._drives)
             if room > 0:
-                leases = await self.store.claim_due(self.owner, self.lease_seconds,
-                                                    now=time.time(), workflows=names, limit=room)
+                leases = await self.store.claim_due(
+                    self.owner, self.lease_seconds, now=time.time(), workflows=names, limit=room
+                )
                 for lease in leases:
                     info = await self.store.get_run(lease.run_id)
                     self._drive(lease, get_workflow(info.workflow))
@@ -259,10 +286,20 @@ class EmbeddedBackend(Backend):
 
     async def _recover_dead(self, names: Sequence[str]) -> None:
         """Break the leases of runs whose owner process on this host has died."""
-        owned = await self.store.list_runs(statuses=(RunStatus.RUNNING, RunStatus.PENDING),
-                                           limit=10_000)
+        owned = await self.store.list_runs(
+            statuses=(RunStatus.RUNNING, RunStatus.PENDING), limit=10_000
+        )
         for info in owned:
-            if info.workflow in names and info.owner and info.owner != self.owner \
-                    and owner_is_dead(info.owner):
+            if (
+                info.workflow in names
+                and info.owner
+                and info.owner != self.owner
+                and owner_is_dead(info.owner)
+            ):
                 with contextlib.suppress(RunNotFoundError):
                     await self._try_take(info)
+
+    async def idle(self) -> None:
+        """Return once this process drives no run (each drive ran to its next stop)."""
+        while self._drives:
+            await asyncio.gather(*self._drives.values(), return_exceptions=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -22,17 +23,29 @@ log = logging.getLogger("perdure.engine")
 class RunDriver:
     """Owns ``lease`` for the length of one drive of its run."""
 
-    def __init__(self, backend: EmbeddedBackend, lease: Lease, workflow: Workflow[..., Any]) -> None:
+    def __init__(
+        self, backend: EmbeddedBackend, lease: Lease, workflow: Workflow[..., Any]
+    ) -> None:
         self.backend = backend
         self.store: Store = backend.store
         self.lease = lease
         self.workflow = workflow
         self.cancelling = False
 
-    async def append(self, events: list[NewEvent], *, consume_signal: int | None = None,
-                     update: RunUpdate | None = None) -> None:
-        await self.store.append(self.lease, events, lease_seconds=self.backend.lease_seconds,
-                                update=update, consume_signal=consume_signal)
+    async def append(
+        self,
+        events: list[NewEvent],
+        *,
+        consume_signal: int | None = None,
+        update: RunUpdate | None = None,
+    ) -> None:
+        await self.store.append(
+            self.lease,
+            events,
+            lease_seconds=self.backend.lease_seconds,
+            update=update,
+            consume_signal=consume_signal,
+        )
 
     async def drive(self) -> RunStatus | None:
         """Run the workflow to its next stop. Returns the status written, or None when
@@ -55,8 +68,10 @@ class RunDriver:
         finally:
             current_run.reset(token)
 
-    async def _drive(self, ctx: EmbeddedRunContext, args: list[Any],
-                     kwargs: dict[str, Any]) -> RunStatus:
+    async def _drive(
+        self, ctx: EmbeddedRunContext, args: list[Any], kwargs: dict[str, Any]
+    ) -> RunStatus:
+        ctx.enter()
         try:
             try:
                 result = await self.workflow.fn(*args, **kwargs)
@@ -64,37 +79,58 @@ class RunDriver:
                 return await self._cancel(ctx)
             except Interrupt:
                 raise
-            except DeterminismError as exc:
-                return await self._park_broken(exc)
             except Exception as exc:
+                if ctx.broken is not None:
+                    return await self._stop_broken(ctx)
                 error = error_info(exc)
                 if isinstance(exc, StepFailedError):
-                    error.update(step=exc.step_key, attempts=exc.attempts,
-                                 cause={"type": exc.error_type, "message": exc.error_message})
-                await self._finish(RunStatus.FAILED, [NewEvent(EventKind.RUN_FAILED, data=error)],
-                                   error=error)
+                    error.update(
+                        step=exc.step_key,
+                        attempts=exc.attempts,
+                        cause={"type": exc.error_type, "message": exc.error_message},
+                    )
+                await self._finish(
+                    RunStatus.FAILED, [NewEvent(EventKind.RUN_FAILED, data=error)], error=error
+                )
                 return RunStatus.FAILED
-            try:
-                ctx.check_fully_replayed()
-            except DeterminismError as exc:
-                return await self._park_broken(exc)
+            if ctx.broken is None:
+                with contextlib.suppress(DeterminismError):
+                    ctx.check_fully_replayed()
+            if ctx.broken is not None:
+                return await self._stop_broken(ctx)
             try:
                 encoded = to_jsonable(result, f"result of run {self.lease.run_id!r}")
             except SerializationError as exc:
                 error = error_info(exc)
-                await self._finish(RunStatus.FAILED, [NewEvent(EventKind.RUN_FAILED, data=error)],
-                                   error=error)
+                await self._finish(
+                    RunStatus.FAILED, [NewEvent(EventKind.RUN_FAILED, data=error)], error=error
+                )
                 return RunStatus.FAILED
-            await self._finish(RunStatus.SUCCEEDED,
-                               [NewEvent(EventKind.RUN_SUCCEEDED, data={"result": encoded})],
-                               result=encoded)
+            await self._finish(
+                RunStatus.SUCCEEDED,
+                [NewEvent(EventKind.RUN_SUCCEEDED, data={"result": encoded})],
+                result=encoded,
+            )
             return RunStatus.SUCCEEDED
         except Interrupt as stop:
             await self.append(stop.events, update=stop.update)
             return stop.update.status
 
-    async def _finish(self, status: RunStatus, events: list[NewEvent], *, result: Any = None,
-                      error: dict[str, Any] | None = None) -> None:
+    async def _stop_broken(self, ctx: EmbeddedRunContext) -> RunStatus:
+        """The workflow ended after replay broke, even if it swallowed the error."""
+        if isinstance(ctx.broken, LeaseLostError):
+            raise ctx.broken
+        assert ctx.broken is not None
+        return await self._park_broken(ctx.broken)
+
+    async def _finish(
+        self,
+        status: RunStatus,
+        events: list[NewEvent],
+        *,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
         await self.append(events, update=RunUpdate(status, result=result, error=error))
 
     async def _cancel(self, ctx: EmbeddedRunContext) -> RunStatus:
@@ -103,10 +139,25 @@ class RunDriver:
         compensated: list[str] = []
         for comp in reversed(ctx.compensations):
             spec = StepSpec(f"compensate:{comp.key.partition(':')[2]}")
-            await ctx.step(spec, comp.fn, (comp.result,), {})
+            try:
+                await ctx.step(spec, comp.fn, (comp.result,), {})
+            except StepFailedError as exc:
+                attention = {
+                    "reason": "compensation-failed",
+                    "step_key": exc.step_key,
+                    "message": str(exc),
+                    "compensated": compensated,
+                }
+                await self.append(
+                    [NewEvent(EventKind.NEEDS_ATTENTION, exc.step_key, spec.name, attention)],
+                    update=RunUpdate(RunStatus.NEEDS_ATTENTION, attention=attention),
+                )
+                return RunStatus.NEEDS_ATTENTION
             compensated.append(comp.key)
-        await self._finish(RunStatus.CANCELLED,
-                           [NewEvent(EventKind.RUN_CANCELLED, data={"compensated": compensated})])
+        await self._finish(
+            RunStatus.CANCELLED,
+            [NewEvent(EventKind.RUN_CANCELLED, data={"compensated": compensated})],
+        )
         return RunStatus.CANCELLED
 
     async def _park_broken(self, exc: BaseException) -> RunStatus:
@@ -118,8 +169,10 @@ class RunDriver:
         attention: dict[str, Any] = {"reason": type(exc).__name__, "message": str(exc)}
         if isinstance(exc, DeterminismError):
             attention.update(reason="determinism", step_key=exc.step_key)
-        await self.append([NewEvent(EventKind.NEEDS_ATTENTION, data=attention)],
-                          update=RunUpdate(RunStatus.NEEDS_ATTENTION, attention=attention))
+        await self.append(
+            [NewEvent(EventKind.NEEDS_ATTENTION, data=attention)],
+            update=RunUpdate(RunStatus.NEEDS_ATTENTION, attention=attention),
+        )
         return RunStatus.NEEDS_ATTENTION
 
 

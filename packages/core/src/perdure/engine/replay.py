@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from perdure.context import StepSpec, current_step_key
 from perdure.errors import (
     DeterminismError,
+    LeaseLostError,
     OutcomeUnknownError,
     SerializationError,
     SignalTimeoutError,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from perdure.engine.driver import RunDriver
 
 
-class Interrupt(BaseException):  # noqa: N818 - control flow, not an error
+class Interrupt(BaseException):
     """Unwinds the workflow when the drive stops without finishing.
 
     A BaseException so that ``except Exception`` in user code cannot swallow it.
@@ -39,7 +40,7 @@ class Interrupt(BaseException):  # noqa: N818 - control flow, not an error
         self.events = events
 
 
-class Cancelled(BaseException):  # noqa: N818
+class Cancelled(BaseException):
     """Unwinds the workflow when the run was cancelled; compensation follows."""
 
 
@@ -113,6 +114,19 @@ class EmbeddedRunContext:
         self._pending: list[NewEvent] = []  # replay-only facts flushed with the next write
         self.compensations: list[_Compensation] = []
         self.root = _Scope("", None)
+        #: Set once replay disagreed with the history or the lease was lost. The drive
+        #: is over even if the workflow's own ``except Exception`` swallowed the error.
+        self.broken: DeterminismError | LeaseLostError | None = None
+
+    def enter(self) -> None:
+        """Bind the root position scope to the task about to run the workflow."""
+        self.root.task = asyncio.current_task()
+        _scope.set(self.root)
+
+    def _fail(self, exc: DeterminismError | LeaseLostError) -> DeterminismError | LeaseLostError:
+        if self.broken is None:
+            self.broken = exc
+        return self.broken
 
     @property
     def run_id(self) -> str:
@@ -121,13 +135,11 @@ class EmbeddedRunContext:
     # -- positions -------------------------------------------------------------------
 
     def _position(self) -> str:
-        scope = _scope.get()
+        if self.broken is not None:
+            raise self.broken
+        scope = _scope.get() or self.root
         task = asyncio.current_task()
-        if scope is None:
-            scope = self.root
-            scope.task = task
-            _scope.set(scope)
-        elif scope.task is not task:
+        if scope.task is not task:
             # First step of a task spawned by the workflow (asyncio.gather, create_task):
             # it takes the next position of its parent and numbers its own steps below.
             scope = _Scope(f"{scope.next()}.", task)
@@ -142,12 +154,14 @@ class EmbeddedRunContext:
         if ev.kind is EventKind.RECONCILED and ev.step_key == key:
             return ev
         if ev.step_key != key or ev.kind not in kinds:
-            raise DeterminismError(
-                self.run_id,
-                key,
-                f"the code asks for {key!r} ({'/'.join(k.value for k in kinds)}) where the "
-                f"history recorded {ev.step_key!r} ({ev.kind.value}); the code changed under "
-                "an in-flight run",
+            raise self._fail(
+                DeterminismError(
+                    self.run_id,
+                    key,
+                    f"the code asks for {key!r} ({'/'.join(k.value for k in kinds)}) where "
+                    f"the history recorded {ev.step_key!r} ({ev.kind.value}); the code "
+                    "changed under an in-flight run",
+                )
             )
         return ev
 
@@ -156,19 +170,26 @@ class EmbeddedRunContext:
         left = sorted(set(self._history.positional) - self._consumed)
         if left:
             ev = self._history.positional[left[0]]
-            raise DeterminismError(
-                self.run_id,
-                ev.step_key or left[0],
-                "the history recorded this step but the code finished without reaching it; "
-                "the code changed under an in-flight run",
+            raise self._fail(
+                DeterminismError(
+                    self.run_id,
+                    ev.step_key or left[0],
+                    "the history recorded this step but the code finished without reaching "
+                    "it; the code changed under an in-flight run",
+                )
             )
 
     # -- writes ----------------------------------------------------------------------
 
     async def write(self, *events: NewEvent, consume_signal: int | None = None) -> None:
+        if self.broken is not None:
+            raise self.broken
         batch = [*self._pending, *events]
         self._pending.clear()
-        await self._driver.append(batch, consume_signal=consume_signal)
+        try:
+            await self._driver.append(batch, consume_signal=consume_signal)
+        except LeaseLostError as exc:
+            raise self._fail(exc) from None
         if self._driver.lease.cancel_requested and not self._driver.cancelling:
             raise Cancelled()
 
@@ -176,14 +197,31 @@ class EmbeddedRunContext:
         if self._driver.lease.cancel_requested and not self._driver.cancelling:
             raise Cancelled()
 
-    def suspend(self, key: str, *, waiting_for: str | None, wake_at: float | None,
-                extra: list[NewEvent] | None = None, detail: dict[str, Any] | None = None) -> Interrupt:
+    def suspend(
+        self,
+        key: str,
+        *,
+        waiting_for: str | None,
+        wake_at: float | None,
+        extra: list[NewEvent] | None = None,
+        detail: dict[str, Any] | None = None,
+        attention: dict[str, Any] | None = None,
+    ) -> Interrupt:
         events = [*self._pending, *(extra or [])]
         self._pending.clear()
-        events.append(NewEvent(EventKind.SUSPENDED, key, waiting_for,
-                               {"waiting_for": waiting_for, "wake_at": wake_at, **(detail or {})}))
+        events.append(
+            NewEvent(
+                EventKind.SUSPENDED,
+                key,
+                waiting_for,
+                {"waiting_for": waiting_for, "wake_at": wake_at, **(detail or {})},
+            )
+        )
         return Interrupt(
-            RunUpdate(RunStatus.SUSPENDED, waiting_for=waiting_for, wake_at=wake_at), events
+            RunUpdate(
+                RunStatus.SUSPENDED, waiting_for=waiting_for, wake_at=wake_at, attention=attention
+            ),
+            events,
         )
 
     # -- RunContext ------------------------------------------------------------------
@@ -210,14 +248,19 @@ class EmbeddedRunContext:
         self, spec: StepSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         key = f"{self._position()}:{spec.name}"
-        ev = self._recorded(key.partition(":")[0], key,
-                            (EventKind.STEP_COMPLETED, EventKind.STEP_FAILED))
+        ev = self._recorded(
+            key.partition(":")[0], key, (EventKind.STEP_COMPLETED, EventKind.STEP_FAILED)
+        )
         if ev is not None:
             data: dict[str, Any] = ev.data or {}
             if ev.kind is EventKind.STEP_FAILED or data.get("outcome") == "failed":
                 err = data.get("error") or {}
-                raise StepFailedError(key, int(data.get("attempts", 1)),
-                                      str(err.get("type", "Error")), str(err.get("message", "")))
+                raise StepFailedError(
+                    key,
+                    int(data.get("attempts", 1)),
+                    str(err.get("type", "Error")),
+                    str(err.get("message", "")),
+                )
             result = from_jsonable(data.get("result"), f"run {self.run_id!r} step {key!r}")
             if spec.compensate is not None:
                 self.compensations.append(_Compensation(key, spec.compensate, result))
@@ -243,14 +286,24 @@ class EmbeddedRunContext:
                 )
                 if not retryable:
                     info = error_info(exc)
-                    await self.write(NewEvent(EventKind.STEP_FAILED, key, spec.name,
-                                              {"attempts": attempt, "error": info,
-                                               "kind": spec.kind}))
+                    await self.write(
+                        NewEvent(
+                            EventKind.STEP_FAILED,
+                            key,
+                            spec.name,
+                            {"attempts": attempt, "error": info, "kind": spec.kind},
+                        )
+                    )
                     raise StepFailedError(key, attempt, info["type"], info["message"]) from exc
                 delay = spec.retry.delay(attempt)
-                await self.write(NewEvent(EventKind.ATTEMPT_FAILED, key, spec.name,
-                                          {"attempt": attempt, "error": error_info(exc),
-                                           "retry_in": delay}))
+                await self.write(
+                    NewEvent(
+                        EventKind.ATTEMPT_FAILED,
+                        key,
+                        spec.name,
+                        {"attempt": attempt, "error": error_info(exc), "retry_in": delay},
+                    )
+                )
                 attempt += 1
                 await asyncio.sleep(delay)
                 continue
@@ -260,20 +313,42 @@ class EmbeddedRunContext:
                 encoded = to_jsonable(result, f"result of step {key!r}")
             except SerializationError as exc:
                 info = error_info(exc)
-                await self.write(NewEvent(EventKind.STEP_FAILED, key, spec.name,
-                                          {"attempts": attempt, "error": info, "kind": spec.kind}))
+                await self.write(
+                    NewEvent(
+                        EventKind.STEP_FAILED,
+                        key,
+                        spec.name,
+                        {"attempts": attempt, "error": info, "kind": spec.kind},
+                    )
+                )
                 raise StepFailedError(key, attempt, info["type"], info["message"]) from exc
-            await self.write(NewEvent(
-                EventKind.STEP_COMPLETED, key, spec.name,
-                {"result": encoded, "attempt": attempt, "kind": spec.kind,
-                 "duration": round(time.time() - started, 6)},
-            ))
             if spec.compensate is not None:
+                # Before the write: a cancellation seen by that write must compensate it.
                 self.compensations.append(_Compensation(key, spec.compensate, result))
+            await self.write(
+                NewEvent(
+                    EventKind.STEP_COMPLETED,
+                    key,
+                    spec.name,
+                    {
+                        "result": encoded,
+                        "attempt": attempt,
+                        "kind": spec.kind,
+                        "duration": round(time.time() - started, 6),
+                    },
+                )
+            )
             return result
 
-    def _park(self, key: str, spec: StepSpec, intent: Event | None, args: tuple[Any, ...],
-              kwargs: dict[str, Any], reason: str | None = None) -> Interrupt:
+    def _park(
+        self,
+        key: str,
+        spec: StepSpec,
+        intent: Event | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        reason: str | None = None,
+    ) -> Interrupt:
         try:
             shown_args: Any = to_jsonable({"args": list(args), "kwargs": kwargs})
         except SerializationError:
@@ -284,14 +359,17 @@ class EmbeddedRunContext:
             "name": spec.name,
             "arguments": shown_args,
             "intent_at": intent.at if intent is not None else time.time(),
-            "message": reason or "the process died after recording the intent and before "
-                                 "recording the outcome; the receiver may or may not have acted",
+            "message": reason
+            or "the process died after recording the intent and before "
+            "recording the outcome; the receiver may or may not have acted",
         }
         events = [*self._pending, NewEvent(EventKind.NEEDS_ATTENTION, key, spec.name, attention)]
         self._pending.clear()
         return Interrupt(RunUpdate(RunStatus.NEEDS_ATTENTION, attention=attention), events)
 
-    async def wait_for_signal(self, name: str, timeout: float | None) -> Any:
+    async def wait_for_signal(
+        self, name: str, timeout: float | None, details: dict[str, Any] | None = None
+    ) -> Any:
         key = f"{self._position()}:signal:{name}"
         ev = self._recorded(key.partition(":")[0], key, (EventKind.SIGNAL_RECEIVED,))
         if ev is not None:
@@ -305,11 +383,18 @@ class EmbeddedRunContext:
         first = self._history.first_suspension.get(key)
         if sig is not None:
             await self.write(
-                NewEvent(EventKind.SIGNAL_RECEIVED, key, name, {
-                    "payload": sig.payload, "sent_by": sig.sent_by, "sent_at": sig.sent_at,
-                    "signal_id": sig.signal_id,
-                    "waited": round(sig.sent_at - first.at, 6) if first is not None else 0.0,
-                }),
+                NewEvent(
+                    EventKind.SIGNAL_RECEIVED,
+                    key,
+                    name,
+                    {
+                        "payload": sig.payload,
+                        "sent_by": sig.sent_by,
+                        "sent_at": sig.sent_at,
+                        "signal_id": sig.signal_id,
+                        "waited": round(sig.sent_at - first.at, 6) if first is not None else 0.0,
+                    },
+                ),
                 consume_signal=sig.signal_id,
             )
             return from_jsonable(sig.payload, f"run {self.run_id!r} signal {key!r}")
@@ -320,11 +405,20 @@ class EmbeddedRunContext:
             else:
                 deadline = time.time() + timeout
             if time.time() >= deadline:
-                await self.write(NewEvent(EventKind.SIGNAL_RECEIVED, key, name,
-                                          {"timed_out": True, "timeout": timeout}))
+                await self.write(
+                    NewEvent(
+                        EventKind.SIGNAL_RECEIVED,
+                        key,
+                        name,
+                        {"timed_out": True, "timeout": timeout},
+                    )
+                )
                 raise SignalTimeoutError(name, timeout)
-        raise self.suspend(key, waiting_for=name, wake_at=deadline,
-                           detail={"deadline": deadline})
+        shown = to_jsonable(details, f"details of wait {key!r}") if details else None
+        raise self.suspend(
+            key, waiting_for=name, wake_at=deadline,
+            detail={"deadline": deadline, "details": shown}, attention=shown,
+        )
 
     async def sleep(self, seconds: float) -> None:
         key = f"{self._position()}:sleep"
@@ -336,8 +430,9 @@ class EmbeddedRunContext:
             raise self.suspend(key, waiting_for=None, wake_at=wake_at)
         self._check_cancel()
         wake_at = time.time() + seconds
-        timer = NewEvent(EventKind.TIMER_STARTED, key, "sleep",
-                         {"seconds": seconds, "wake_at": wake_at})
+        timer = NewEvent(
+            EventKind.TIMER_STARTED, key, "sleep", {"seconds": seconds, "wake_at": wake_at}
+        )
         if seconds <= 0:
             await self.write(timer)
             return

@@ -126,12 +126,11 @@ class MemoryStore(Store):
         run.attention = update.attention
         run.owner = None
         run.lease_until = None
-        if update.status is RunStatus.SUSPENDED and update.waiting_for is not None:
-            if any(
-                s.run_id == run.run_id and s.name == update.waiting_for and not used
-                for s, used in self._signals
-            ):
-                run.wake_at = now
+        if update.status is RunStatus.SUSPENDED and update.waiting_for is not None and any(
+            s.run_id == run.run_id and s.name == update.waiting_for and not used
+            for s, used in self._signals
+        ):
+            run.wake_at = now
 
     def _due(self, run: RunInfo, now: float, break_owner: str | None) -> bool:
         if run.status not in CLAIMABLE:
@@ -148,8 +147,9 @@ class MemoryStore(Store):
         run.status = RunStatus.RUNNING
         run.wake_at = None
         run.waiting_for = None
-        return Lease(run.run_id, owner, run.fence, len(self._events[run.run_id]),
-                     run.cancel_requested)
+        return Lease(
+            run.run_id, owner, run.fence, len(self._events[run.run_id]), run.cancel_requested
+        )
 
     async def acquire(
         self,

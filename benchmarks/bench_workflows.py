@@ -1,0 +1,45 @@
+"""Workflows the benchmarks drive (module-level, so a worker process can resume them)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import perdure
+
+
+@perdure.step
+async def tick(i: int) -> int:
+    return i
+
+
+@perdure.workflow(name="bench_steps")
+async def steps(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += await tick(i)
+    return total
+
+
+@perdure.step
+async def gate(gate_path: str, marker_path: str) -> float:
+    """First execution: announce itself and hang until SIGKILLed. After the crash the
+    step has no record, so the resumed run executes it again: that is the first
+    resumed step, and it stamps the time."""
+    if os.path.exists(gate_path):
+        now = time.time()
+        with open(marker_path, "w", encoding="utf-8") as f:
+            f.write(repr(now))
+        return now
+    with open(gate_path, "w", encoding="utf-8") as f:
+        f.write(str(os.getpid()))
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
+@perdure.workflow(name="bench_recovery")
+async def recovery(history: int, gate_path: str, marker_path: str) -> float:
+    for i in range(history):
+        await tick(i)
+    return await gate(gate_path, marker_path)

@@ -1,0 +1,208 @@
+"""Per-step overhead and recovery latency of the embedded engine, next to its anchors.
+
+    uv run python -m benchmarks.engine_steps [--steps 1000] [--repeat 5]
+
+For each store, in one run: a bare single-row INSERT+commit on the same database (the
+floor any durable step pays), perdure's per-step cost, their ratio, and the number of
+write transactions per step; then the time from a worker's start to the first resumed
+step after the previous worker was SIGKILLed, with a short and a 1,000-step history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from benchmarks import bench_workflows
+from perdure.engine.backend import EmbeddedBackend
+from perdure.registry import open_backend
+
+PG_BASE = os.environ.get("PERDURE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+ROOT = Path(__file__).resolve().parent.parent
+BARE_TABLE = """CREATE TABLE IF NOT EXISTS bench_bare (run_id TEXT, seq INTEGER, kind TEXT,
+    step_key TEXT, name TEXT, data TEXT, at DOUBLE PRECISION, PRIMARY KEY (run_id, seq))"""
+BARE_ROW = '{"result":1,"attempt":1,"kind":"step","duration":1e-05}'
+
+
+def median_spread(xs: list[float]) -> tuple[float, float]:
+    return statistics.median(xs), (max(xs) - min(xs)) / 2
+
+
+async def bare_sqlite(path: str, synchronous: str, n: int) -> float:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute(BARE_TABLE)
+    run = uuid.uuid4().hex
+    t0 = time.perf_counter()
+    for i in range(n):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO bench_bare VALUES (?, ?, ?, ?, ?, ?, ?)",
+                     (run, i, "step_completed", f"{i}:tick", "tick", BARE_ROW, time.time()))
+        conn.execute("COMMIT")
+        await asyncio.sleep(0)  # same event-loop turn a durable step takes
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return elapsed / n
+
+
+async def bare_postgres(url: str, n: int) -> float:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(BARE_TABLE)
+        run = uuid.uuid4().hex
+        t0 = time.perf_counter()
+        for i in range(n):
+            await conn.execute(
+                "INSERT INTO bench_bare VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (run, i, "step_completed", f"{i}:tick", "tick", BARE_ROW, time.time()))
+        elapsed = time.perf_counter() - t0
+        await conn.execute("DROP TABLE bench_bare")
+    return elapsed / n
+
+
+class CountingBackend:
+    """Counts the store's write transactions during a run."""
+
+    def __init__(self, backend: EmbeddedBackend) -> None:
+        self.writes = 0
+        store = backend.store
+        original = store.append
+
+        async def append(*a: Any, **kw: Any) -> None:
+            self.writes += 1
+            await original(*a, **kw)
+
+        store.append = append  # type: ignore[method-assign]
+
+
+async def perdure_steps(url: str, n: int) -> tuple[float, float]:
+    backend = open_backend(url)
+    assert isinstance(backend, EmbeddedBackend)
+    await backend.open()
+    counter = CountingBackend(backend)
+    try:
+        t0 = time.perf_counter()
+        handle = await backend.start(bench_workflows.steps, (n,), {}, run_id=uuid.uuid4().hex)
+        await handle.result()
+        elapsed = time.perf_counter() - t0
+    finally:
+        await backend.close()
+    return elapsed / n, counter.writes / n
+
+
+async def plain_steps(n: int) -> float:
+    t0 = time.perf_counter()
+    await bench_workflows.steps(n)
+    return (time.perf_counter() - t0) / n
+
+
+async def recovery(url: str, history: int, tmp: Path) -> tuple[float, float]:
+    """SIGKILL a driving process inside a step, then measure two restarts: an in-process
+    worker (serve() start → first resumed step) and a `perdure worker` process (spawn →
+    first resumed step, interpreter start and imports included)."""
+    results: list[float] = []
+    for mode in ("in-process", "cli"):
+        run_id = uuid.uuid4().hex
+        gate, marker = tmp / f"{run_id}.gate", tmp / f"{run_id}.marker"
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "perdure.testing.drive", "--url", url, "--module",
+             "benchmarks.bench_workflows", "--workflow", "bench_recovery", "--run-id", run_id,
+             "--input", f'{{"args": [{history}, "{gate}", "{marker}"], "kwargs": {{}}}}'],
+            env=env)
+        while not gate.exists():
+            await asyncio.sleep(0.005)
+        driver.kill()
+        driver.wait()
+        if mode == "in-process":
+            backend = open_backend(url)
+            await backend.open()  # connecting and migrating is not part of recovery
+            stop = asyncio.Event()
+            t0 = time.time()
+            task = asyncio.create_task(backend.serve(stop=stop))
+            while not marker.exists():
+                await asyncio.sleep(0.001)
+            results.append(float(marker.read_text()) - t0)
+            stop.set()
+            await task
+            await backend.close()
+        else:
+            t0 = time.time()
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "perdure", "worker", "benchmarks.bench_workflows",
+                 "--url", url], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            while not marker.exists():
+                await asyncio.sleep(0.001)
+            results.append(float(marker.read_text()) - t0)
+            worker.kill()
+            worker.wait()
+    return results[0], results[1]
+
+
+async def repeat(fn: Callable[[], Coroutine[Any, Any, float]], times: int) -> list[float]:
+    return [await fn() for _ in range(times)]
+
+
+async def main(n: int, times: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="perdure-bench-"))
+    schema = f"perdure_bench_{uuid.uuid4().hex[:8]}"
+    pg_url = f"{PG_BASE}{'&' if '?' in PG_BASE else '?'}schema={schema}"
+    stores = [
+        ("sqlite (synchronous=NORMAL, default)", f"sqlite:///{tmp}/normal.db", "normal"),
+        ("sqlite (synchronous=FULL)", f"sqlite:///{tmp}/full.db?synchronous=full", "full"),
+        ("postgresql", pg_url, None),
+    ]
+    plain = statistics.median(await repeat(lambda: plain_steps(n), times))
+    print(f"\nper-step cost, {n} steps per run, median of {times} runs "
+          f"(plain in-memory call: {plain * 1e6:.1f} µs/step)\n")
+    print(f"{'store':40} {'bare insert+commit':>20} {'perdure step':>14} {'ratio':>7} "
+          f"{'writes/step':>12}")
+    try:
+        for label, url, sync in stores:
+            if sync is None:
+                bare = await repeat(lambda: bare_postgres(PG_BASE, n), times)
+            else:
+                path = str(tmp / f"bare-{sync}.db")
+                bare = await repeat(lambda p=path, s=sync: bare_sqlite(p, s, n), times)
+            ours: list[float] = []
+            writes = 0.0
+            for _ in range(times):
+                per_step, writes = await perdure_steps(url, n)
+                ours.append(per_step)
+            b, bs = median_spread(bare)
+            o, os_ = median_spread(ours)
+            print(f"{label:40} {b * 1e6:>12.1f} ±{bs * 1e6:<5.1f}µs {o * 1e6:>8.1f} ±{os_ * 1e6:<4.1f}"
+                  f" {o / b:>6.2f}× {writes:>11.3f}")
+        print("\nrecovery after SIGKILL: worker start → first resumed step (median of "
+              f"{times})\n")
+        print(f"{'store':40} {'history':>8} {'in-process serve()':>20} {'`perdure worker` process':>26}")
+        for label, url, _ in stores:
+            for history in (10, 1000):
+                pairs = [await recovery(url, history, tmp) for _ in range(times)]
+                inproc = statistics.median(p[0] for p in pairs)
+                cli = statistics.median(p[1] for p in pairs)
+                print(f"{label:40} {history:>8} {inproc * 1e3:>17.1f} ms {cli * 1e3:>23.1f} ms")
+    finally:
+        with psycopg.connect(PG_BASE, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=5)
+    ns = parser.parse_args()
+    asyncio.run(main(ns.steps, ns.repeat))

@@ -1,0 +1,174 @@
+"""Side-effect receivers on 127.0.0.1 that count what workers do, from outside them.
+
+One ``Receiver`` serves a few endpoints over real HTTP:
+
+* ``POST /dedup/<name>`` honours the ``Idempotency-Key`` header, like a payment API:
+  a repeated key returns the first answer and applies nothing.
+* ``POST /plain/<name>`` applies every request, like an email relay.
+* ``POST /flaky/<name>`` fails with 503 until ``fail_next(name, n)`` failures are used.
+
+Tests read the ledger in their own process, and can hold a request at a chosen moment
+(``hold``) to SIGKILL a worker there: before the receiver applies the effect, or after
+it applied it but before the worker hears back.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+HoldPoint = Literal["before", "after"]
+
+
+@dataclass
+class _Hold:
+    point: HoldPoint
+    arrived: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    dropped: bool = False
+
+    def drop(self) -> None:
+        """Release a ``before`` hold without applying: the sender died mid-request."""
+        self.dropped = True
+        self.release.set()
+
+
+class Receiver:
+    """An HTTP receiver of effects with a ledger and hold points. Use as a context manager."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.applied: Counter[str] = Counter()  # effects applied per endpoint name
+        self.requests: Counter[str] = Counter()  # requests received per endpoint name
+        self.keys: defaultdict[str, list[str]] = defaultdict(list)  # keys per name, in order
+        self.bodies: defaultdict[str, list[Any]] = defaultdict(list)
+        self._answers: dict[tuple[str, str], dict[str, Any]] = {}
+        self._failures: Counter[str] = Counter()
+        self._holds: dict[str, _Hold] = {}
+        self._arrivals = threading.Condition(self._lock)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def __enter__(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for hold in self._holds.values():
+            hold.release.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    # -- test controls -------------------------------------------------------------
+
+    def hold(self, name: str, point: HoldPoint = "after") -> _Hold:
+        """Hold the next request to ``name`` before or after applying it, until released."""
+        h = _Hold(point)
+        with self._lock:
+            self._holds[name] = h
+        return h
+
+    def wait_held(self, hold: _Hold, timeout: float = 60.0) -> None:
+        if not hold.arrived.wait(timeout):
+            raise TimeoutError(f"no request reached the hold point within {timeout}s")
+
+    def fail_next(self, name: str, count: int) -> None:
+        """Answer the next ``count`` requests to ``/flaky/name`` with HTTP 503."""
+        with self._lock:
+            self._failures[name] = count
+
+    def wait_requests(self, name: str, count: int, timeout: float = 60.0) -> None:
+        """Block until ``name`` received at least ``count`` requests."""
+        with self._arrivals:
+            if not self._arrivals.wait_for(lambda: self.requests[name] >= count, timeout):
+                raise TimeoutError(
+                    f"{name!r} received {self.requests[name]} request(s), expected {count}"
+                )
+
+    # -- HTTP ----------------------------------------------------------------------
+
+    def _handle(self, mode: str, name: str, key: str | None, body: Any) -> tuple[int, Any]:
+        with self._lock:
+            self.requests[name] += 1
+            self._arrivals.notify_all()
+            hold = self._holds.pop(name, None)
+        if hold is not None and hold.point == "before":
+            hold.arrived.set()
+            hold.release.wait()
+            if hold.dropped:
+                return 503, {"error": "sender gone"}
+        with self._lock:
+            if mode == "flaky" and self._failures[name] > 0:
+                self._failures[name] -= 1
+                status, answer = 503, {"error": "try again"}
+            elif mode == "dedup" and key is not None and (name, key) in self._answers:
+                status, answer = 200, {**self._answers[(name, key)], "duplicate": True}
+            else:
+                self.applied[name] += 1
+                self.keys[name].append(key or "")
+                self.bodies[name].append(body)
+                answer = {"id": f"{name}-{self.applied[name]}", "duplicate": False}
+                if mode == "dedup" and key is not None:
+                    self._answers[(name, key)] = answer
+                status = 200
+        if hold is not None and hold.point == "after":
+            hold.arrived.set()
+            hold.release.wait()
+        return status, answer
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                parts = self.path.strip("/").split("/")
+                if len(parts) != 2 or parts[0] not in ("dedup", "plain", "flaky"):
+                    self.send_error(404)
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b"null"
+                status, answer = receiver._handle(
+                    parts[0], parts[1], self.headers.get("Idempotency-Key"), json.loads(raw)
+                )
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        return Handler
+
+
+def post(url: str, body: Any = None, *, key: str | None = None, timeout: float = 30.0) -> Any:
+    """POST JSON to a receiver with the stdlib (no extra dependency in workers).
+
+    Raises ``ConnectionError`` on a 5xx answer so retry policies see a transient error.
+    """
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    req = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code >= 500:
+            raise ConnectionError(f"{url} answered {exc.code}") from exc
+        raise
