@@ -1,0 +1,259 @@
+"""The ``perdure`` command: typer declarations; the work is in the sibling modules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from perdure.cli import demo as demo_mod
+from perdure.cli import ops, runs, worker
+from perdure.cli.common import execute, guard
+
+EPILOG = (
+    "Exit codes: 0 ok; 1 unexpected error; 2 usage or bad input; 3 run not found; "
+    "4 backend unavailable; 5 invalid state for the operation; "
+    "6 configuration error (incl. a malformed URL). "
+    "Errors print one line 'error: ...' on stderr; PERDURE_DEBUG=1 adds the traceback."
+)
+
+app = typer.Typer(
+    name="perdure",
+    help="Operate durable runs: list, inspect, export, approve, resume, cancel, reconcile; "
+    "run a worker.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+runs_app = typer.Typer(
+    help="List, show and export runs.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+app.add_typer(runs_app, name="runs")
+
+Url = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        help="Backend URL; default: $PERDURE_URL, else url in \\[tool.perdure] of the nearest "
+        "pyproject.toml, else sqlite:///perdure.db.",
+        show_default=False,
+    ),
+]
+RunId = Annotated[str, typer.Argument(help="The run id.", show_default=False)]
+By = Annotated[
+    str | None,
+    typer.Option(
+        "--by",
+        help="Who acts (recorded in the history); default: your OS user name.",
+        show_default=False,
+    ),
+]
+Message = Annotated[
+    str | None,
+    typer.Option("--message", "-m", help="A note recorded with the decision.", show_default=False),
+]
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+
+@runs_app.command("list")
+def runs_list(
+    url: Url = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--status",
+            "-s",
+            help="Only runs in this status (repeatable, or "
+            "comma-separated): pending, running, suspended, needs-attention, "
+            "succeeded, failed, cancelled.",
+            show_default=False,
+        ),
+    ] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            help="Only runs not updated for this long: 90s, 30m, 1h, 2d, 1h30m.",
+            show_default=False,
+        ),
+    ] = None,
+    workflow: Annotated[
+        str | None,
+        typer.Option(
+            "--workflow",
+            "-w",
+            help="Only runs of this workflow (module:qualname).",
+            show_default=False,
+        ),
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, help="At most this many runs, newest first.")
+    ] = 100,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="JSON Lines of runs instead of a table.")
+    ] = False,
+) -> None:
+    """List runs, newest first, with what each waits for or why it needs attention."""
+    execute(lambda: runs.list_runs(url, status, older_than, workflow, limit, as_json))
+
+
+@runs_app.command("show")
+def runs_show(run_id: RunId, url: Url = None) -> None:
+    """Show a run and its history."""
+    execute(lambda: runs.show_run(url, run_id))
+
+
+@runs_app.command("export")
+def runs_export(
+    run_id: RunId,
+    url: Url = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write to this file instead of stdout.",
+            show_default=False,
+            dir_okay=False,
+        ),
+    ] = None,
+) -> None:
+    """Export a run's history as JSON Lines: {"run": ...} first, then one event per line."""
+    execute(lambda: runs.export_run(url, run_id, output))
+
+
+# -- operations ---------------------------------------------------------------------------
+
+
+@app.command("signal")
+def signal_cmd(
+    run_id: RunId,
+    name: Annotated[
+        str, typer.Argument(help="The signal name the run waits for.", show_default=False)
+    ],
+    url: Url = None,
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            "-d",
+            help="The payload, as JSON (a string needs quotes: '\"yes\"').",
+            show_default=False,
+        ),
+    ] = None,
+    by: By = None,
+) -> None:
+    """Deliver a signal to a run (from any process; the run resumes with its payload)."""
+    execute(lambda: ops.send_signal(url, run_id, name, data, by))
+
+
+@app.command("approve")
+def approve_cmd(run_id: RunId, url: Url = None, by: By = None, message: Message = None) -> None:
+    """Approve what the run waits for (the 'approval' signal)."""
+    execute(lambda: ops.decide(url, run_id, True, by, message))
+
+
+@app.command("reject")
+def reject_cmd(run_id: RunId, url: Url = None, by: By = None, message: Message = None) -> None:
+    """Reject what the run waits for (the 'approval' signal)."""
+    execute(lambda: ops.decide(url, run_id, False, by, message))
+
+
+@app.command("resume")
+def resume_cmd(run_id: RunId, url: Url = None) -> None:
+    """Make a suspended or parked run due now (after a fix or a deploy)."""
+    execute(lambda: ops.resume(url, run_id))
+
+
+@app.command("cancel")
+def cancel_cmd(run_id: RunId, url: Url = None) -> None:
+    """Cancel a run; completed steps with compensations are compensated."""
+    execute(lambda: ops.cancel(url, run_id))
+
+
+@app.command("reconcile")
+def reconcile_cmd(
+    run_id: RunId,
+    step: Annotated[
+        str,
+        typer.Option(
+            "--step",
+            help="The parked step's key, e.g. 3:charge (see `perdure runs show`).",
+            show_default=False,
+        ),
+    ],
+    url: Url = None,
+    succeeded: Annotated[bool, typer.Option("--succeeded", help="The effect happened.")] = False,
+    failed: Annotated[
+        bool, typer.Option("--failed", help="The effect did not happen; the step fails.")
+    ] = False,
+    retry: Annotated[bool, typer.Option("--retry", help="Call the effect again.")] = False,
+    result: Annotated[
+        str | None,
+        typer.Option(
+            "--result", help="With --succeeded: the step's result, as JSON.", show_default=False
+        ),
+    ] = None,
+    message: Message = None,
+    by: By = None,
+) -> None:
+    """Resolve an effect whose outcome is unknown (a run in needs-attention)."""
+
+    def body() -> None:
+        outcome = ops.reconcile_outcome(succeeded, failed, retry, result)
+        execute(lambda: ops.reconcile(url, run_id, step, outcome, result, message, by))
+
+    guard(body)
+
+
+# -- worker and demo ----------------------------------------------------------------------
+
+
+@app.command("worker")
+def worker_cmd(
+    modules: Annotated[
+        list[str],
+        typer.Argument(
+            help="Modules (dotted names or .py paths) that define the workflows, agents or graphs.",
+            show_default=False,
+        ),
+    ],
+    url: Url = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", min=1, help="Runs driven at once.")
+    ] = 100,
+) -> None:
+    """Import MODULEs, then recover and drive their runs until SIGINT/SIGTERM."""
+
+    def body() -> None:
+        names = worker.import_targets(modules)
+        worker.setup_logging()
+        execute(lambda: worker.serve(url, names, concurrency))
+
+    guard(body)
+
+
+@app.command("demo")
+def demo_cmd(
+    url: Url = None,
+    framework: Annotated[
+        demo_mod.Framework,
+        typer.Option("--framework", "-f", help="Which adapter's demo agent to run."),
+    ] = demo_mod.Framework.OPENAI_AGENTS,
+) -> None:
+    """Run the demo: an agent that survives a crash and waits for your approval."""
+    guard(lambda: demo_mod.run_demo(url, framework))
+
+
+def main() -> None:
+    """Entry point of the ``perdure`` script."""
+    app(prog_name="perdure")

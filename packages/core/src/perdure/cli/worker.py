@@ -1,0 +1,124 @@
+"""``perdure worker MODULE...``: import the workflows, then recover and drive runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.logging import RichHandler
+from rich.markup import escape
+
+from perdure.cli.common import UsageProblem, connected, err, mask_url
+from perdure.errors import ConfigurationError
+from perdure.workflow import registered_workflows
+
+log = logging.getLogger("perdure.worker")
+
+
+def _module_name_for(path: Path) -> str:
+    """The dotted name of the module in ``path``: its enclosing packages (folders with an
+    ``__init__.py``) plus its stem, with the folder above the top package on ``sys.path``
+    (as pytest does), so workflow names match those of the process that started the run."""
+    path = path.resolve()
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    root = str(folder)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    return ".".join(parts)
+
+
+def import_targets(targets: Sequence[str]) -> list[str]:
+    """Import each module (dotted name or path to a ``.py`` file); their names."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    names: list[str] = []
+    for target in targets:
+        path = Path(target)
+        is_path = target.endswith(".py") or os.sep in target or "/" in target
+        if is_path:
+            if not path.is_file():
+                raise UsageProblem(f"cannot import {target!r}: no such file")
+            name = _module_name_for(path)
+        else:
+            name = target
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:
+            raise UsageProblem(
+                f"cannot import module {name!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        loaded = getattr(module, "__file__", None)
+        if is_path and loaded is not None and Path(loaded).resolve() != path.resolve():
+            raise UsageProblem(
+                f"cannot import {target!r}: the name {name!r} is taken by {loaded}; "
+                "rename the file or pass its dotted module name"
+            )
+        names.append(name)
+    return names
+
+
+def setup_logging() -> None:
+    """perdure's logger at INFO on stderr, through rich."""
+    logger = logging.getLogger("perdure")
+    logger.setLevel(logging.INFO)
+    if not any(isinstance(h, RichHandler) for h in logger.handlers):
+        handler = RichHandler(console=err(), show_path=False, rich_tracebacks=True, markup=False)
+        logger.addHandler(handler)
+    logger.propagate = False
+
+
+async def serve(url: str | None, modules: Sequence[str], concurrency: int) -> None:
+    names = registered_workflows()
+    if not names:
+        raise ConfigurationError(
+            f"no workflows registered after importing {', '.join(modules)}; "
+            "a worker needs the module(s) that define @perdure.workflow functions, "
+            "agents or graphs"
+        )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        log.info(
+            "received %s; finishing: releasing runs for another worker (send it again to force)",
+            sig.name,
+        )
+        stop.set()
+        for s in installed:  # a second signal gets the default behaviour
+            loop.remove_signal_handler(s)
+        installed.clear()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal, sig)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not main thread
+            pass
+    try:
+        async with connected(url) as backend:
+            owner = getattr(backend, "owner", None)
+            err().print(
+                f"[bold green]perdure worker[/] on [bold]{escape(mask_url(backend.url))}[/]"
+                + (f" as [cyan]{escape(str(owner))}[/]" if owner else "")
+                + f", concurrency {concurrency}; workflows: {escape(', '.join(names))}",
+                soft_wrap=True,
+            )
+            await backend.serve(stop=stop, concurrency=concurrency)
+        log.info("worker stopped")
+    finally:
+        for s in installed:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(s)
