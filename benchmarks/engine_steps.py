@@ -50,8 +50,10 @@ async def bare_sqlite(path: str, synchronous: str, n: int) -> float:
     t0 = time.perf_counter()
     for i in range(n):
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO bench_bare VALUES (?, ?, ?, ?, ?, ?, ?)",
-                     (run, i, "step_completed", f"{i}:tick", "tick", BARE_ROW, time.time()))
+        conn.execute(
+            "INSERT INTO bench_bare VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run, i, "step_completed", f"{i}:tick", "tick", BARE_ROW, time.time()),
+        )
         conn.execute("COMMIT")
         await asyncio.sleep(0)  # same event-loop turn a durable step takes
     elapsed = time.perf_counter() - t0
@@ -67,7 +69,8 @@ async def bare_postgres(url: str, n: int) -> float:
         for i in range(n):
             await conn.execute(
                 "INSERT INTO bench_bare VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                (run, i, "step_completed", f"{i}:tick", "tick", BARE_ROW, time.time()))
+                (run, i, "step_completed", f"{i}:tick", "tick", BARE_ROW, time.time()),
+            )
         elapsed = time.perf_counter() - t0
         await conn.execute("DROP TABLE bench_bare")
     return elapsed / n
@@ -119,10 +122,23 @@ async def recovery(url: str, history: int, tmp: Path) -> tuple[float, float]:
         gate, marker = tmp / f"{run_id}.gate", tmp / f"{run_id}.marker"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         driver = subprocess.Popen(
-            [sys.executable, "-m", "perdure.testing.drive", "--url", url, "--module",
-             "benchmarks.bench_workflows", "--workflow", "bench_recovery", "--run-id", run_id,
-             "--input", f'{{"args": [{history}, "{gate}", "{marker}"], "kwargs": {{}}}}'],
-            env=env)
+            [
+                sys.executable,
+                "-m",
+                "perdure.testing.drive",
+                "--url",
+                url,
+                "--module",
+                "benchmarks.bench_workflows",
+                "--workflow",
+                "bench_recovery",
+                "--run-id",
+                run_id,
+                "--input",
+                f'{{"args": [{history}, "{gate}", "{marker}"], "kwargs": {{}}}}',
+            ],
+            env=env,
+        )
         while not gate.exists():
             await asyncio.sleep(0.005)
         driver.kill()
@@ -142,8 +158,19 @@ async def recovery(url: str, history: int, tmp: Path) -> tuple[float, float]:
         else:
             t0 = time.time()
             worker = subprocess.Popen(
-                [sys.executable, "-m", "perdure", "worker", "benchmarks.bench_workflows",
-                 "--url", url], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "perdure",
+                    "worker",
+                    "benchmarks.bench_workflows",
+                    "--url",
+                    url,
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             while not marker.exists():
                 await asyncio.sleep(0.001)
             results.append(float(marker.read_text()) - t0)
@@ -166,10 +193,14 @@ async def main(n: int, times: int) -> None:
         ("postgresql", pg_url, None),
     ]
     plain = statistics.median(await repeat(lambda: plain_steps(n), times))
-    print(f"\nper-step cost, {n} steps per run, median of {times} runs "
-          f"(plain in-memory call: {plain * 1e6:.1f} µs/step)\n")
-    print(f"{'store':40} {'bare insert+commit':>20} {'perdure step':>14} {'ratio':>7} "
-          f"{'writes/step':>12}")
+    print(
+        f"\nper-step cost, {n} steps per run, median of {times} runs "
+        f"(plain in-memory call: {plain * 1e6:.1f} µs/step)\n"
+    )
+    print(
+        f"{'store':40} {'bare insert+commit':>20} {'perdure step':>14} {'ratio':>7} "
+        f"{'writes/step':>12}"
+    )
     try:
         for label, url, sync in stores:
             if sync is None:
@@ -184,11 +215,12 @@ async def main(n: int, times: int) -> None:
                 ours.append(per_step)
             b, bs = median_spread(bare)
             o, os_ = median_spread(ours)
-            print(f"{label:40} {b * 1e6:>12.1f} ±{bs * 1e6:<5.1f}µs {o * 1e6:>8.1f} ±{os_ * 1e6:<4.1f}"
-                  f" {o / b:>6.2f}× {writes:>11.3f}")
-        print("\nrecovery after SIGKILL: worker start → first resumed step (median of "
-              f"{times})\n")
-        print(f"{'store':40} {'history':>8} {'in-process serve()':>20} {'`perdure worker` process':>26}")
+            bare_col = f"{b * 1e6:.1f} ±{bs * 1e6:.1f}µs"
+            ours_col = f"{o * 1e6:.1f} ±{os_ * 1e6:.1f}µs"
+            print(f"{label:40} {bare_col:>20} {ours_col:>14} {o / b:>6.2f}x {writes:>11.3f}")
+        print(f"\nrecovery after SIGKILL: worker start → first resumed step (median of {times})\n")
+        head = f"{'store':40} {'history':>8} {'in-process serve()':>20}"
+        print(f"{head} {'`perdure worker` process':>26}")
         for label, url, _ in stores:
             for history in (10, 1000):
                 pairs = [await recovery(url, history, tmp) for _ in range(times)]

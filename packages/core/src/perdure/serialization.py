@@ -13,16 +13,19 @@ import dataclasses
 import datetime as dt
 import importlib
 import json
-from typing import Any
+import sys
+from typing import Any, cast
 
 from perdure.errors import SerializationError
 
 TAG = "__perdure__"
 
-try:  # pydantic is a dependency of perdure, but keep the import local to one place
-    from pydantic import BaseModel as _BaseModel
-except ImportError:  # pragma: no cover
-    _BaseModel = None
+
+def _pydantic_base() -> type[Any] | None:
+    """pydantic's BaseModel if pydantic is loaded. A value can only be a model if its
+    class was imported, so we never pay pydantic's import time ourselves."""
+    module = sys.modules.get("pydantic")
+    return None if module is None else cast(type[Any], module.BaseModel)
 
 
 def _type_path(tp: type, where: str) -> str:
@@ -60,10 +63,12 @@ def to_jsonable(value: Any, where: str = "value") -> Any:
         return {TAG: "bytes", "v": base64.b64encode(value).decode("ascii")}
     if isinstance(value, dt.datetime):
         return {TAG: "datetime", "v": value.isoformat()}
-    if _BaseModel is not None and isinstance(value, _BaseModel):
-        path = _type_path(type(value), where)
+    base = _pydantic_base()
+    if base is not None and isinstance(value, base):
+        model: Any = value
+        path = _type_path(cast(type[Any], type(model)), where)
         try:
-            dumped = value.model_dump(mode="json")
+            dumped = model.model_dump(mode="json")
         except Exception as exc:
             raise SerializationError(f"{where}: cannot dump {path}: {exc}") from exc
         return {TAG: "pydantic", "t": path, "v": to_jsonable(dumped, where)}
@@ -97,44 +102,52 @@ def _resolve(path: str, where: str) -> type:
 def from_jsonable(data: Any, where: str = "value") -> Any:
     """Rebuild a value written by ``to_jsonable``."""
     if isinstance(data, list):
-        return [from_jsonable(v, where) for v in data]  # pyright: ignore[reportUnknownVariableType]
+        return [from_jsonable(v, where) for v in cast(list[Any], data)]
     if not isinstance(data, dict):
         return data
-    tag: Any = data.get(TAG)  # pyright: ignore[reportUnknownMemberType]
+    obj = cast(dict[str, Any], data)
+    tag = obj.get(TAG)
     if tag is None:
-        return {k: from_jsonable(v, where) for k, v in data.items()}  # pyright: ignore[reportUnknownVariableType]
-    v: Any = data.get("v")  # pyright: ignore[reportUnknownMemberType]
+        return {k: from_jsonable(v, where) for k, v in obj.items()}
+    v: Any = obj.get("v")
     try:
-        if tag == "dict":
-            return {k: from_jsonable(x, where) for k, x in v.items()}
-        if tag == "tuple":
-            return tuple(from_jsonable(x, where) for x in v)
-        if tag == "bytes":
-            return base64.b64decode(v, validate=True)
-        if tag == "datetime":
-            return dt.datetime.fromisoformat(v)
-        if tag == "float":
-            return float(v)
-        if tag == "pydantic":
-            tp = _resolve(data["t"], where)
-            if _BaseModel is None or not issubclass(tp, _BaseModel):
-                raise SerializationError(f"{where}: {data['t']!r} is not a pydantic model")
-            return tp.model_validate(from_jsonable(v, where))
-        if tag == "dataclass":
-            tp = _resolve(data["t"], where)
-            if not dataclasses.is_dataclass(tp):
-                raise SerializationError(f"{where}: {data['t']!r} is not a dataclass")
-            kwargs = {k: from_jsonable(x, where) for k, x in v.items()}
-            init = {f.name for f in dataclasses.fields(tp) if f.init}
-            obj = tp(**{k: x for k, x in kwargs.items() if k in init})
-            for k, x in kwargs.items():
-                if k not in init:
-                    object.__setattr__(obj, k, x)
-            return obj
+        return _decode_tagged(str(tag), v, obj, where)
     except SerializationError:
         raise
     except Exception as exc:
         raise SerializationError(f"{where}: cannot decode a stored {tag!r} value: {exc}") from exc
+
+
+def _decode_tagged(tag: str, v: Any, obj: dict[str, Any], where: str) -> Any:
+    if tag == "dict":
+        return {k: from_jsonable(x, where) for k, x in cast(dict[str, Any], v).items()}
+    if tag == "tuple":
+        return tuple(from_jsonable(x, where) for x in cast(list[Any], v))
+    if tag == "bytes":
+        return base64.b64decode(cast(str, v), validate=True)
+    if tag == "datetime":
+        return dt.datetime.fromisoformat(cast(str, v))
+    if tag == "float":
+        return float(cast(str, v))
+    if tag == "pydantic":
+        path = str(obj["t"])
+        tp = _resolve(path, where)
+        base = _pydantic_base()
+        if base is None or not issubclass(tp, base):
+            raise SerializationError(f"{where}: {path!r} is not a pydantic model")
+        return cast(Any, tp).model_validate(from_jsonable(v, where))
+    if tag == "dataclass":
+        path = str(obj["t"])
+        tp = _resolve(path, where)
+        if not dataclasses.is_dataclass(tp):
+            raise SerializationError(f"{where}: {path!r} is not a dataclass")
+        values = {k: from_jsonable(x, where) for k, x in cast(dict[str, Any], v).items()}
+        init = {f.name for f in dataclasses.fields(tp) if f.init}
+        built = tp(**{k: x for k, x in values.items() if k in init})
+        for k, x in values.items():
+            if k not in init:
+                object.__setattr__(built, k, x)
+        return built
     raise SerializationError(f"{where}: unknown stored value tag {tag!r}")
 
 

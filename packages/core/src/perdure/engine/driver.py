@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from perdure.context import StepSpec, current_run
 from perdure.engine.replay import Cancelled, EmbeddedRunContext, Interrupt, error_info
@@ -177,12 +177,11 @@ class RunDriver:
 
 
 def _decode_input(info: RunInfo) -> tuple[list[Any], dict[str, Any]]:
-    data = from_jsonable(info.input, f"input of run {info.run_id!r}")
+    data: Any = from_jsonable(info.input, f"input of run {info.run_id!r}")
     if not isinstance(data, dict) or "args" not in data:
         raise SerializationError(f"input of run {info.run_id!r} is not an args/kwargs record")
-    args: list[Any] = list(data["args"])  # pyright: ignore[reportUnknownArgumentType]
-    kwargs: dict[str, Any] = dict(data.get("kwargs") or {})  # pyright: ignore[reportUnknownArgumentType]
-    return args, kwargs
+    record = cast(dict[str, Any], data)
+    return list(record["args"]), dict(record.get("kwargs") or {})
 
 
 def encode_input(run_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

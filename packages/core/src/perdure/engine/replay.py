@@ -254,7 +254,7 @@ class EmbeddedRunContext:
         if ev is not None:
             data: dict[str, Any] = ev.data or {}
             if ev.kind is EventKind.STEP_FAILED or data.get("outcome") == "failed":
-                err = data.get("error") or {}
+                err: dict[str, Any] = data.get("error") or {}
                 raise StepFailedError(
                     key,
                     int(data.get("attempts", 1)),
@@ -416,15 +416,19 @@ class EmbeddedRunContext:
                 raise SignalTimeoutError(name, timeout)
         shown = to_jsonable(details, f"details of wait {key!r}") if details else None
         raise self.suspend(
-            key, waiting_for=name, wake_at=deadline,
-            detail={"deadline": deadline, "details": shown}, attention=shown,
+            key,
+            waiting_for=name,
+            wake_at=deadline,
+            detail={"deadline": deadline, "details": shown},
+            attention=shown,
         )
 
     async def sleep(self, seconds: float) -> None:
         key = f"{self._position()}:sleep"
         ev = self._recorded(key.partition(":")[0], key, (EventKind.TIMER_STARTED,))
         if ev is not None:
-            wake_at = float((ev.data or {}).get("wake_at", 0))
+            recorded: dict[str, Any] = ev.data or {}
+            wake_at = float(recorded.get("wake_at", 0))
             if time.time() >= wake_at:
                 return
             raise self.suspend(key, waiting_for=None, wake_at=wake_at)

@@ -12,9 +12,9 @@ import contextlib
 import importlib.metadata
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,14 +28,15 @@ DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 @contextlib.contextmanager
-def sqlite_url(tmp_path: Path) -> Iterator[str]:
+def sqlite_url(tmp_path: Path) -> Generator[str]:
     yield f"sqlite:///{tmp_path / 'perdure.db'}"
 
 
 @contextlib.contextmanager
-def postgresql_url(tmp_path: Path) -> Iterator[str]:
+def postgresql_url(tmp_path: Path) -> Generator[str]:
     """A fresh schema per test, dropped afterwards. Fails if PostgreSQL is down."""
     import psycopg
+    import psycopg.sql
 
     base = os.environ.get("PERDURE_TEST_POSTGRES_URL", DEFAULT_POSTGRES)
     schema = f"perdure_t_{uuid.uuid4().hex[:12]}"
@@ -44,7 +45,11 @@ def postgresql_url(tmp_path: Path) -> Iterator[str]:
         yield f"{base}{sep}schema={schema}"
     finally:
         with psycopg.connect(base, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            conn.execute(
+                psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                    psycopg.sql.Identifier(schema)
+                )
+            )
 
 
 BUILTIN: dict[str, StoreFactory] = {"sqlite": sqlite_url, "postgresql": postgresql_url}

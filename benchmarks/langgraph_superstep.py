@@ -1,0 +1,227 @@
+"""Per-superstep checkpoint cost of LangGraph savers, measured side by side in one run.
+
+A 50-node linear ``StateGraph`` (each node sets one small key) is invoked with
+``durability="sync"`` under: no checkpointer, ``InMemorySaver``, ``SqliteSaver`` (file),
+``PostgresSaver``, and ``PerdureSaver`` on SQLite (``synchronous=FULL``, equal to
+SqliteSaver's default, and our default ``NORMAL``) and on PostgreSQL. Configurations are
+interleaved round by round so that drifting disk latency hits all of them alike.
+
+    python benchmarks/langgraph_superstep.py [--reps 20] [--no-postgres]
+
+Per-superstep overhead = (median invoke time with the saver - median without one) / 50.
+PostgreSQL: ``PERDURE_BENCH_POSTGRES_URL``, else ``PERDURE_TEST_POSTGRES_URL``, else
+``postgresql://postgres@127.0.0.1:5432/test``; each saver gets a throwaway schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypedDict
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+
+from perdure_langgraph import PerdureSaver
+
+NODES = 50
+DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
+TARGET = 0.7
+SYNC_NAMES = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+State = TypedDict("State", {f"k{i}": int for i in range(NODES)})  # type: ignore[misc]
+
+
+def build_graph() -> StateGraph:
+    """A linear graph of ``NODES`` nodes; node i writes key ``k{i}``."""
+
+    def node(i: int) -> Callable[[Any], dict[str, int]]:
+        def run(state: Any) -> dict[str, int]:
+            return {f"k{i}": i}
+
+        return run
+
+    builder = StateGraph(State)
+    for i in range(NODES):
+        builder.add_node(f"n{i}", node(i))
+    builder.add_edge(START, "n0")
+    for i in range(NODES - 1):
+        builder.add_edge(f"n{i}", f"n{i + 1}")
+    builder.add_edge(f"n{NODES - 1}", END)
+    return builder
+
+
+@dataclass
+class Config:
+    """One saver configuration under test."""
+
+    name: str
+    saver: BaseCheckpointSaver | None
+    settings: str
+    times: list[float] = field(default_factory=list)
+    graph: Any = None
+
+
+def _pg_url() -> str:
+    return (
+        os.environ.get("PERDURE_BENCH_POSTGRES_URL")
+        or os.environ.get("PERDURE_TEST_POSTGRES_URL")
+        or DEFAULT_PG
+    )
+
+
+@contextmanager
+def _pg_schema(base: str, prefix: str) -> Iterator[str]:
+    import psycopg
+
+    schema = f"{prefix}_{secrets.token_hex(4)}"
+    try:
+        yield schema
+    finally:
+        with psycopg.connect(base, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
+
+
+def _with_param(url: str, key: str, value: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}{key}={value}"
+
+
+def make_configs(stack: ExitStack, workdir: Path, postgres: bool) -> list[Config]:
+    """Open every saver under test (closed by ``stack``)."""
+    configs = [
+        Config("no checkpointer", None, "-"),
+        Config("InMemorySaver", InMemorySaver(), "memory"),
+    ]
+    conn = sqlite3.connect(workdir / "sqlitesaver.db", check_same_thread=False)
+    stack.callback(conn.close)
+    sqlite_saver = SqliteSaver(conn)
+    sqlite_saver.setup()
+    level = SYNC_NAMES[conn.execute("PRAGMA synchronous").fetchone()[0]]
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    configs.append(Config("SqliteSaver", sqlite_saver, f"{mode}, synchronous={level}"))
+
+    conn_n = sqlite3.connect(workdir / "sqlitesaver_normal.db", check_same_thread=False)
+    stack.callback(conn_n.close)
+    sqlite_normal = SqliteSaver(conn_n)
+    sqlite_normal.setup()
+    conn_n.execute("PRAGMA synchronous=NORMAL")
+    level_n = SYNC_NAMES[conn_n.execute("PRAGMA synchronous").fetchone()[0]]
+    configs.append(Config("SqliteSaver (NORMAL)", sqlite_normal, f"{mode}, synchronous={level_n}"))
+
+    for level_name in ("full", "normal"):
+        url = f"sqlite:///{workdir / f'perdure_{level_name}.db'}?synchronous={level_name}"
+        saver = PerdureSaver.from_url(url)
+        stack.callback(saver.close)
+        configs.append(
+            Config(
+                f"PerdureSaver sqlite {level_name.upper()}",
+                saver,
+                f"wal, synchronous={level_name.upper()}"
+                + (" (fdatasync per commit, group commit)" if level_name == "full" else ""),
+            )
+        )
+    if postgres:
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        base = _pg_url()
+        ref_schema = stack.enter_context(_pg_schema(base, "bench_pgsaver"))
+        import psycopg
+
+        with psycopg.connect(base, autocommit=True) as c:
+            c.execute(f'CREATE SCHEMA "{ref_schema}"'.encode())
+        pg_saver = stack.enter_context(
+            PostgresSaver.from_conn_string(
+                _with_param(base, "options", f"-csearch_path%3D{ref_schema}")
+            )
+        )
+        pg_saver.setup()
+        with psycopg.connect(base) as c:
+            sync_commit = c.execute("SHOW synchronous_commit").fetchone()
+        settings = f"synchronous_commit={sync_commit[0] if sync_commit else '?'}"
+        configs.append(Config("PostgresSaver", pg_saver, settings))
+        our_schema = stack.enter_context(_pg_schema(base, "bench_perdure"))
+        ours = PerdureSaver.from_url(_with_param(base, "schema", our_schema))
+        stack.callback(ours.close)
+        configs.append(Config("PerdureSaver postgresql", ours, settings))
+    return configs
+
+
+def invoke(config: Config, thread: str) -> float:
+    """Time one invoke of the graph on a fresh thread."""
+    cfg = {"configurable": {"thread_id": thread}}
+    start = time.perf_counter()
+    if config.saver is None:
+        # durability= without a checkpointer is a no-op (and trips LangGraph 1.2.22)
+        config.graph.invoke({"k0": -1}, cfg)
+    else:
+        config.graph.invoke({"k0": -1}, cfg, durability="sync")
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=20, help="rounds (default 20)")
+    parser.add_argument("--warmup", type=int, default=2, help="warm-up rounds (default 2)")
+    parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL savers")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    builder = build_graph()
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lg_bench_")))
+        configs = make_configs(stack, workdir, postgres=not args.no_postgres)
+        for c in configs:
+            c.graph = builder.compile(checkpointer=c.saver)
+        for r in range(args.warmup + args.reps):
+            order = configs[r % len(configs) :] + configs[: r % len(configs)]
+            for c in order:
+                elapsed = invoke(c, f"{c.name}-{r}")
+                if r >= args.warmup:
+                    c.times.append(elapsed)
+            print(".", end="", flush=True, file=sys.stderr)
+        print(file=sys.stderr)
+        report(configs, args.reps)
+    return 0
+
+
+def report(configs: list[Config], reps: int) -> None:
+    """Print medians, per-superstep overheads and the ratios against the targets."""
+    base = statistics.median(configs[0].times)
+    overhead: dict[str, float] = {}
+    print(f"\n{NODES}-node linear graph, durability='sync', median of {reps} interleaved runs")
+    print(f"{'configuration':<28} {'settings':<52} {'run ms':>8} {'ms/step':>8}")
+    for c in configs:
+        med = statistics.median(c.times)
+        per_step = (med - base) / NODES * 1000
+        overhead[c.name] = per_step
+        shown = "-" if c.saver is None else f"{per_step:8.3f}"
+        print(f"{c.name:<28} {c.settings:<52} {med * 1000:8.1f} {shown:>8}")
+    print("\nper-superstep overhead ratios (target <= 0.7):")
+    pairs = [
+        ("PerdureSaver sqlite FULL", "SqliteSaver", "equal settings: synchronous=FULL"),
+        ("PerdureSaver sqlite NORMAL", "SqliteSaver (NORMAL)", "equal settings: NORMAL"),
+        ("PerdureSaver sqlite NORMAL", "SqliteSaver", "our default vs SqliteSaver default"),
+        ("PerdureSaver postgresql", "PostgresSaver", "equal settings"),
+    ]
+    for ours, theirs, label in pairs:
+        if ours in overhead and theirs in overhead and overhead[theirs] > 0:
+            ratio = overhead[ours] / overhead[theirs]
+            verdict = "ok" if ratio <= TARGET else "MISSED"
+            print(f"  {ours} / {theirs:<22} {ratio:5.2f}  {verdict:<6} ({label})")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
