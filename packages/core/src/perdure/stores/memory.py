@@ -126,9 +126,13 @@ class MemoryStore(Store):
         run.attention = update.attention
         run.owner = None
         run.lease_until = None
-        if update.status is RunStatus.SUSPENDED and update.waiting_for is not None and any(
-            s.run_id == run.run_id and s.name == update.waiting_for and not used
-            for s, used in self._signals
+        if (
+            update.status is RunStatus.SUSPENDED
+            and update.waiting_for is not None
+            and any(
+                s.run_id == run.run_id and s.name == update.waiting_for and not used
+                for s, used in self._signals
+            )
         ):
             run.wake_at = now
 
