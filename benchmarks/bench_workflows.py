@@ -29,8 +29,9 @@ async def gate(gate_path: str, marker_path: str) -> float:
     resumed step, and it stamps the time."""
     if os.path.exists(gate_path):
         now = time.time()
-        with open(marker_path, "w", encoding="utf-8") as f:
+        with open(marker_path + ".tmp", "w", encoding="utf-8") as f:
             f.write(repr(now))
+        os.replace(marker_path + ".tmp", marker_path)  # appears whole, never half-written
         return now
     with open(gate_path, "w", encoding="utf-8") as f:
         f.write(str(os.getpid()))

@@ -36,14 +36,13 @@ async def list_runs(
             for info in runs:
                 sys.stdout.write(_line(info.to_json()) + "\n")
             return
-        # What a suspended run waits for may carry details (an adapter's pending tool
-        # approval) on its last ``suspended`` event.
-        pending: dict[str, dict[str, Any]] = {}
-        for info in runs:
-            if info.status is RunStatus.SUSPENDED and info.waiting_for is not None:
-                details = pending_details(last_suspension(await backend.history(info.run_id)))
-                if details:
-                    pending[info.run_id] = details
+        # A suspended run shows what is pending (an adapter's tool call awaiting
+        # approval) in its attention field, set by wait_for_signal(details=...).
+        pending: dict[str, dict[str, Any]] = {
+            info.run_id: info.attention
+            for info in runs
+            if info.status is RunStatus.SUSPENDED and info.waiting_for and info.attention
+        }
     console = out()
     if not runs:
         console.print("no runs match", markup=False)
