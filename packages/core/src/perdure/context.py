@@ -11,6 +11,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from perdure.errors import DeterminismError
 from perdure.retry import DEFAULT_RETRY, RetryPolicy
 
 StepKind = Literal["step", "effect"]
@@ -36,6 +37,17 @@ class RunContext(Protocol):
 
     @property
     def run_id(self) -> str: ...
+
+    @property
+    def url(self) -> str:
+        """The backend URL the run lives on (adapters keep their own state beside it)."""
+        ...
+
+    def fail_determinism(self, error: DeterminismError) -> DeterminismError:
+        """Report a history mismatch found outside ``step`` (e.g. by an adapter): the
+        drive stops and the run parks, even if user code swallows the error. Returns
+        the error to raise."""
+        ...
 
     async def step(
         self, spec: StepSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]

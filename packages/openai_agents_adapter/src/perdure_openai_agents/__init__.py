@@ -1,3 +1,33 @@
-"""perdure adapter for the OpenAI Agents SDK: a drop-in DurableRunner."""
+"""perdure adapter for the OpenAI Agents SDK: a drop-in DurableRunner.
 
-__all__: list[str] = []
+Importing this package registers the workflow ``openai_agents.run`` that every durable
+agent run is, so ``perdure worker my_agents_module`` can resume those runs.
+"""
+
+from perdure_openai_agents._model import DurableModel, DurableProvider
+from perdure_openai_agents._workflow import WORKFLOW_NAME, agent_run
+from perdure_openai_agents._wrap import durable_tool
+from perdure_openai_agents.runner import (
+    DurableResult,
+    DurableRunHandle,
+    DurableRunner,
+    DurableRunResult,
+    DurableRunResultStreaming,
+    RecordedRunResult,
+)
+from perdure_openai_agents.session import PerdureSession
+
+__all__ = [
+    "WORKFLOW_NAME",
+    "DurableModel",
+    "DurableProvider",
+    "DurableResult",
+    "DurableRunHandle",
+    "DurableRunResult",
+    "DurableRunResultStreaming",
+    "DurableRunner",
+    "PerdureSession",
+    "RecordedRunResult",
+    "agent_run",
+    "durable_tool",
+]

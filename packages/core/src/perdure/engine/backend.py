@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Sequence
@@ -67,8 +68,12 @@ class EmbeddedBackend(Backend):
     # -- driving -----------------------------------------------------------------------
 
     def _drive(self, lease: Lease, workflow: Workflow[..., Any]) -> asyncio.Task[RunStatus | None]:
+        # A fresh context: a run started from inside another run's step must not
+        # inherit that run's context (its steps would look nested, hence unrecorded).
         task = asyncio.get_running_loop().create_task(
-            RunDriver(self, lease, workflow).drive(), name=f"perdure-run-{lease.run_id}"
+            RunDriver(self, lease, workflow).drive(),
+            name=f"perdure-run-{lease.run_id}",
+            context=contextvars.Context(),
         )
         self._drives[lease.run_id] = task
         task.add_done_callback(lambda t: asyncio.ensure_future(self._drive_done(lease, t)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, cast
@@ -31,6 +32,9 @@ class RunDriver:
         self.lease = lease
         self.workflow = workflow
         self.cancelling = False
+        # Parallel steps (asyncio tasks of one run) append one at a time: each write
+        # takes the next sequence number of the lease.
+        self._writing = asyncio.Lock()
 
     async def append(
         self,
@@ -39,13 +43,14 @@ class RunDriver:
         consume_signal: int | None = None,
         update: RunUpdate | None = None,
     ) -> None:
-        await self.store.append(
-            self.lease,
-            events,
-            lease_seconds=self.backend.lease_seconds,
-            update=update,
-            consume_signal=consume_signal,
-        )
+        async with self._writing:
+            await self.store.append(
+                self.lease,
+                events,
+                lease_seconds=self.backend.lease_seconds,
+                update=update,
+                consume_signal=consume_signal,
+            )
 
     async def drive(self) -> RunStatus | None:
         """Run the workflow to its next stop. Returns the status written, or None when
@@ -80,6 +85,8 @@ class RunDriver:
             except Interrupt:
                 raise
             except Exception as exc:
+                if isinstance(exc, DeterminismError):
+                    ctx.fail_determinism(exc)
                 if ctx.broken is not None:
                     return await self._stop_broken(ctx)
                 error = error_info(exc)

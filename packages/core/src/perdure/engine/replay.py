@@ -132,6 +132,14 @@ class EmbeddedRunContext:
     def run_id(self) -> str:
         return self._driver.lease.run_id
 
+    @property
+    def url(self) -> str:
+        return self._driver.backend.url
+
+    def fail_determinism(self, error: DeterminismError) -> DeterminismError:
+        broken = self._fail(error)
+        return broken if isinstance(broken, DeterminismError) else error
+
     # -- positions -------------------------------------------------------------------
 
     def _position(self) -> str:

@@ -68,6 +68,8 @@ class Processes:
         self.url = url
         self.cwd = cwd
         self.env = {**os.environ, **(env or {}), "PERDURE_URL": url}
+        # Let children cache bytecode: each one otherwise recompiles its imports.
+        self.env.pop("PYTHONDONTWRITEBYTECODE", None)
         paths = [str(p) for p in pythonpath]
         if self.env.get("PYTHONPATH"):
             paths.append(self.env["PYTHONPATH"])
