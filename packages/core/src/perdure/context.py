@@ -7,6 +7,7 @@ run there is none and they are transparent.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -70,6 +71,10 @@ class RunContext(Protocol):
 
     def patched(self, marker: str) -> bool:
         """True on runs that reach this point with code containing the patch."""
+        ...
+
+    def keyed(self, key: str) -> AbstractContextManager[None]:
+        """Journal the steps inside under ``key`` instead of their position."""
         ...
 
     def idempotency_key(self) -> str:

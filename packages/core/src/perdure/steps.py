@@ -6,10 +6,12 @@ Outside a run every one of them is transparent: the function is simply called.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any, ParamSpec, TypeVar, overload
 
 from perdure.context import StepKind, StepSpec, current_run, current_step_key
@@ -162,6 +164,18 @@ def patched(marker: str) -> bool:
     """
     ctx = current_run.get()
     return True if ctx is None else ctx.patched(marker)
+
+
+def keyed(key: str) -> AbstractContextManager[None]:
+    """Journal the steps inside this block under ``key`` (plus their order within it)
+    rather than under their position in the run.
+
+    For code a framework may re-enter from the middle: a LangGraph node re-run after a
+    crash or an ``interrupt()`` skips earlier supersteps, so positions would shift, but
+    ``thread/checkpoint/task`` keys do not. Outside a run it does nothing.
+    """
+    ctx = current_run.get()
+    return contextlib.nullcontext() if ctx is None else ctx.keyed(key)
 
 
 def current_run_id() -> str | None:

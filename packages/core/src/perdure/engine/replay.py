@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -175,7 +176,10 @@ class EmbeddedRunContext:
 
     def check_fully_replayed(self) -> None:
         """The workflow finished: every recorded step must have been reached."""
-        left = sorted(set(self._history.positional) - self._consumed)
+        # Keyed steps ("~...") belong to code a framework may skip on resume.
+        left = sorted(
+            p for p in set(self._history.positional) - self._consumed if not p.startswith("~")
+        )
         if left:
             ev = self._history.positional[left[0]]
             raise self._fail(
@@ -236,6 +240,15 @@ class EmbeddedRunContext:
 
     def idempotency_key(self) -> str:
         return f"{self.run_id}:{current_step_key.get()}"
+
+    @contextlib.contextmanager
+    def keyed(self, key: str) -> Generator[None]:
+        scope = _Scope(f"~{key.replace(':', '|')}/", asyncio.current_task())
+        token = _scope.set(scope)
+        try:
+            yield
+        finally:
+            _scope.reset(token)
 
     def patched(self, marker: str) -> bool:
         scope = _scope.get() or self.root
