@@ -125,14 +125,12 @@ def make_configs(stack: ExitStack, workdir: Path, postgres: bool) -> list[Config
         url = f"sqlite:///{workdir / f'perdure_{level_name}.db'}?synchronous={level_name}"
         saver = PerdureSaver.from_url(url)
         stack.callback(saver.close)
-        configs.append(
-            Config(
-                f"PerdureSaver sqlite {level_name.upper()}",
-                saver,
-                f"wal, synchronous={level_name.upper()}"
-                + (" (fdatasync per commit, group commit)" if level_name == "full" else ""),
-            )
-        )
+        pragma = saver.driver.pragma  # type: ignore[attr-defined]
+        conn_level = SYNC_NAMES[pragma("synchronous")]
+        settings = f"{pragma('journal_mode')}, synchronous={level_name.upper()}"
+        if conn_level != level_name.upper():
+            settings += f"* (connection {conn_level})"
+        configs.append(Config(f"PerdureSaver sqlite {level_name.upper()}", saver, settings))
     if postgres:
         from langgraph.checkpoint.postgres import PostgresSaver
 
@@ -202,25 +200,48 @@ def report(configs: list[Config], reps: int) -> None:
     base = statistics.median(configs[0].times)
     overhead: dict[str, float] = {}
     print(f"\n{NODES}-node linear graph, durability='sync', median of {reps} interleaved runs")
-    print(f"{'configuration':<28} {'settings':<52} {'run ms':>8} {'ms/step':>8}")
+    print(f"{'configuration':<28} {'settings':<42} {'run ms':>8} {'ms/step':>8}")
     for c in configs:
         med = statistics.median(c.times)
         per_step = (med - base) / NODES * 1000
         overhead[c.name] = per_step
         shown = "-" if c.saver is None else f"{per_step:8.3f}"
-        print(f"{c.name:<28} {c.settings:<52} {med * 1000:8.1f} {shown:>8}")
+        print(f"{c.name:<28} {c.settings:<42} {med * 1000:8.1f} {shown:>8}")
+    if any("*" in c.settings for c in configs):
+        print(
+            "* FULL durability done by PerdureSaver itself: every write returns after an"
+            " fdatasync of the WAL\n  (the connection commits at NORMAL; the flush runs"
+            " outside the write lock and is shared by concurrent commits)"
+        )
     print("\nper-superstep overhead ratios (target <= 0.7):")
     pairs = [
         ("PerdureSaver sqlite FULL", "SqliteSaver", "equal settings: synchronous=FULL"),
-        ("PerdureSaver sqlite NORMAL", "SqliteSaver (NORMAL)", "equal settings: NORMAL"),
+        ("PerdureSaver sqlite NORMAL", "SqliteSaver (NORMAL)", "NORMAL on both (extra row)"),
         ("PerdureSaver sqlite NORMAL", "SqliteSaver", "our default vs SqliteSaver default"),
         ("PerdureSaver postgresql", "PostgresSaver", "equal settings"),
     ]
+    by_name = {c.name: c for c in configs}
+    print(f"  {'ours / theirs':<50} {'medians':>8} {'paired':>8}")
     for ours, theirs, label in pairs:
         if ours in overhead and theirs in overhead and overhead[theirs] > 0:
             ratio = overhead[ours] / overhead[theirs]
-            verdict = "ok" if ratio <= TARGET else "MISSED"
-            print(f"  {ours} / {theirs:<22} {ratio:5.2f}  {verdict:<6} ({label})")
+            paired = _paired_ratio(configs[0], by_name[ours], by_name[theirs])
+            verdict = "ok" if max(ratio, paired) <= TARGET else "MISSED"
+            print(
+                f"  {ours + ' / ' + theirs:<50} {ratio:8.2f} {paired:8.2f}  {verdict:<6} ({label})"
+            )
+    print(
+        "  medians: ratio of the median overheads; paired: median over rounds of the ratio"
+        " within a round (robust to disk latency drifting between rounds)"
+    )
+
+
+def _paired_ratio(base: Config, ours: Config, theirs: Config) -> float:
+    ratios = []
+    for b, o, t in zip(base.times, ours.times, theirs.times, strict=True):
+        if t > b:
+            ratios.append((o - b) / (t - b))
+    return statistics.median(ratios) if ratios else float("nan")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""Stores for the PerdureSaver tests: a SQLite file per test, a PostgreSQL schema per session.
+
+``PERDURE_TEST_STORES`` (comma list of ``sqlite``, ``postgresql``; default both) picks
+the stores. PostgreSQL comes from ``PERDURE_TEST_POSTGRES_URL`` (default
+``postgresql://postgres@127.0.0.1:5432/test``); tests using it fail, never skip, when the
+server cannot be reached.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
+KNOWN_STORES = ("sqlite", "postgresql")
+
+
+def lg_store_names() -> list[str]:
+    """The stores selected by ``PERDURE_TEST_STORES``."""
+    raw = os.environ.get("PERDURE_TEST_STORES", ",".join(KNOWN_STORES))
+    names = [s.strip() for s in raw.split(",") if s.strip()]
+    unknown = [n for n in names if n not in KNOWN_STORES]
+    if unknown:
+        raise pytest.UsageError(f"PERDURE_TEST_STORES names unknown stores: {unknown}")
+    return names
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "lg_store" in metafunc.fixturenames:
+        metafunc.parametrize("lg_store", lg_store_names())
+
+
+def _with_param(url: str, key: str, value: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}{key}={value}"
+
+
+@pytest.fixture(scope="session")
+def lg_postgres_base() -> str:
+    """The PostgreSQL server URL; fails the test if it does not answer."""
+    base = os.environ.get("PERDURE_TEST_POSTGRES_URL", DEFAULT_POSTGRES)
+    try:
+        with psycopg.connect(base, connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        pytest.fail(f"PostgreSQL at {base} is unreachable (tests fail, never skip): {exc}")
+    return base
+
+
+@pytest.fixture(scope="session")
+def lg_postgres_url(lg_postgres_base: str) -> Iterator[str]:
+    """A fresh schema ``lg_test_<hex>`` for the session, dropped at its end."""
+    schema = f"lg_test_{secrets.token_hex(6)}"
+    yield _with_param(lg_postgres_base, "schema", schema)
+    with psycopg.connect(lg_postgres_base, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
+
+
+@pytest.fixture
+def lg_url(lg_store: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A store URL for ``lg_store``: a new SQLite file, or the session's PostgreSQL schema."""
+    if lg_store == "sqlite":
+        return f"sqlite:///{tmp_path / 'checkpoints.db'}"
+    url: str = request.getfixturevalue("lg_postgres_url")
+    return url

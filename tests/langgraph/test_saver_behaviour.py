@@ -1,0 +1,411 @@
+"""PerdureSaver specifics beyond the conformance suite: storage layout, serialization,
+special writes, bounded storage, export, configuration errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
+
+from perdure.errors import BackendUnavailableError, ConfigurationError
+from perdure_langgraph import CorruptCheckpointError, PerdureSaver
+from perdure_langgraph._serde import KEY_ENV, parse_key
+from perdure_langgraph._url import PostgresTarget, SqliteTarget, parse_url
+
+
+@dataclasses.dataclass
+class Unlisted:
+    """A type no allow-list names: stored, but never revived as itself."""
+
+    secret: int
+
+
+@pytest.fixture
+def saver(lg_url: str) -> Iterator[PerdureSaver]:
+    s = PerdureSaver.from_url(lg_url)
+    yield s
+    s.close()
+
+
+def _rows(saver: PerdureSaver, lg_url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Read our tables directly (tests only)."""
+    target = parse_url(lg_url)
+    if isinstance(target, SqliteTarget):
+        with sqlite3.connect(target.path) as conn:
+            return conn.execute(sql.format(p="").replace("%s", "?"), params).fetchall()
+    assert isinstance(target, PostgresTarget)
+    with psycopg.connect(target.conninfo) as pg:
+        return pg.execute(sql.format(p=f'"{target.schema}".').encode(), params).fetchall()
+
+
+def _checkpoint(saver: PerdureSaver, values: dict[str, Any], parent: Checkpoint | None) -> Any:
+    cp = empty_checkpoint()
+    versions = dict(parent["channel_versions"]) if parent else {}
+    old = parent["channel_values"] if parent else {}
+    new_versions = {}
+    for key, value in values.items():
+        if key not in old or old[key] != value:
+            new_versions[key] = saver.get_next_version(versions.get(key), None)  # type: ignore[arg-type]
+    versions.update(new_versions)
+    cp["channel_values"] = {**old, **values}
+    cp["channel_versions"] = versions
+    return cp, new_versions
+
+
+def _put_chain(
+    saver: PerdureSaver, thread: str, states: list[dict[str, Any]], **md: Any
+) -> list[Any]:
+    configs = []
+    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    parent: Checkpoint | None = None
+    for step, values in enumerate(states):
+        cp, new_versions = _checkpoint(saver, values, parent)
+        config = saver.put(config, cp, {"source": "loop", "step": step, **md}, new_versions)
+        configs.append(config)
+        parent = cp
+    return configs
+
+
+def test_only_changed_channels_are_written(saver: PerdureSaver, lg_url: str) -> None:
+    """Unchanged channel values are not rewritten; small scalars live in the row."""
+    big = {"messages": ["m"] * 50, "docs": {"a": "x" * 1000}}
+    configs = _put_chain(
+        saver,
+        "changed-only",
+        [big, {"messages": ["m"] * 51}, {"counter": 3}, {"docs": {"a": "y"}}],
+    )
+    blobs = _rows(
+        saver,
+        lg_url,
+        "SELECT channel FROM {p}lg_blobs WHERE thread_id = %s ORDER BY channel",
+        "changed-only",
+    )
+    # messages twice, docs twice; the int counter is inline
+    assert sorted(r[0] for r in blobs) == ["docs", "docs", "messages", "messages"]
+    latest = saver.get_tuple(configs[-1])
+    assert latest is not None
+    assert latest.checkpoint["channel_values"] == {
+        "messages": ["m"] * 51,
+        "docs": {"a": "y"},
+        "counter": 3,
+    }
+    first = saver.get_tuple(configs[0])
+    assert first is not None and first.checkpoint["channel_values"] == big
+
+
+def test_no_pickle_in_stored_rows(saver: PerdureSaver, lg_url: str) -> None:
+    """Every stored value is msgpack (or null/bytes), never pickle; un-encodable values
+    raise instead of falling back to pickle."""
+    configs = _put_chain(saver, "no-pickle", [{"obj": Unlisted(7), "n": 1, "s": {1, 2}}])
+    saver.put_writes(configs[-1], [("w", Unlisted(8)), (ERROR, ValueError("boom"))], "task-1")
+    types = _rows(
+        saver,
+        lg_url,
+        "SELECT type, checkpoint FROM {p}lg_checkpoints WHERE thread_id = %s "
+        "UNION ALL SELECT type, blob FROM {p}lg_blobs WHERE thread_id = %s "
+        "UNION ALL SELECT type, blob FROM {p}lg_writes WHERE thread_id = %s",
+        "no-pickle",
+        "no-pickle",
+        "no-pickle",
+    )
+    assert types
+    for type_, payload in types:
+        assert "pickle" not in type_
+        assert type_ in ("msgpack", "null", "bytes", "bytearray"), type_
+        assert not bytes(payload or b"").startswith(b"\x80"), "pickle protocol header"
+    with pytest.raises(TypeError):
+        saver.put_writes(configs[-1], [("x", object())], "task-2")
+
+
+def test_strict_allow_list_blocks_unlisted_types(saver: PerdureSaver) -> None:
+    """A type outside LangGraph's safe list (and no graph allow-list) is not revived."""
+    configs = _put_chain(saver, "strict", [{"obj": Unlisted(7)}])
+    tup = saver.get_tuple(configs[-1])
+    assert tup is not None
+    value = tup.checkpoint["channel_values"]["obj"]
+    assert not isinstance(value, Unlisted)
+    widened = saver.with_allowlist([(__name__, "Unlisted")])
+    tup = widened.get_tuple(configs[-1])
+    assert tup is not None and tup.checkpoint["channel_values"]["obj"] == Unlisted(7)
+
+
+def test_special_writes_overwrite_ordinary_writes_insert_once(saver: PerdureSaver) -> None:
+    """WRITES_IDX_MAP semantics, as in PostgresSaver: special writes replace, others don't."""
+    config = _put_chain(saver, "writes", [{"n": 1}])[-1]
+    saver.put_writes(config, [("ch", "first")], "task")
+    saver.put_writes(config, [("ch", "second")], "task")
+    saver.put_writes(config, [(ERROR, "error 1")], "task")
+    saver.put_writes(config, [(ERROR, "error 2")], "task")
+    saver.put_writes(config, [(INTERRUPT, {"ask": 1})], "other", task_path="b")
+    tup = saver.get_tuple(config)
+    assert tup is not None
+    assert sorted(tup.pending_writes or []) == sorted(
+        [("task", "ch", "first"), ("task", ERROR, "error 2"), ("other", INTERRUPT, {"ask": 1})]
+    )
+
+
+async def test_async_api_matches_sync(saver: PerdureSaver) -> None:
+    configs = _put_chain(saver, "async", [{"a": [1]}, {"a": [1, 2]}, {"b": "x"}])
+    listed = [t.config async for t in saver.alist({"configurable": {"thread_id": "async"}})]
+    assert [c["configurable"]["checkpoint_id"] for c in listed] == [
+        c["configurable"]["checkpoint_id"] for c in reversed(configs)
+    ]
+    tup = await saver.aget_tuple({"configurable": {"thread_id": "async", "checkpoint_ns": ""}})
+    assert tup is not None and tup.checkpoint["channel_values"] == {"a": [1, 2], "b": "x"}
+    await saver.aput_writes(configs[-1], [("w", [3])], "t")
+    tup = await saver.aget_tuple(configs[-1])
+    assert tup is not None and tup.pending_writes == [("t", "w", [3])]
+    await saver.adelete_thread("async")
+    assert await saver.aget_tuple({"configurable": {"thread_id": "async"}}) is None
+
+
+def test_prune_keep_latest_bounds_storage(saver: PerdureSaver, lg_url: str) -> None:
+    """keep_latest leaves one checkpoint per namespace, its writes and only its blobs."""
+    states = [{"messages": list(range(i + 1)), "n": i} for i in range(6)]
+    configs = _put_chain(saver, "prune", states)
+    for cfg in configs:
+        saver.put_writes(cfg, [("messages", ["more"])], "task")
+    saver.prune(["prune"], strategy="keep_latest")
+    remaining = list(saver.list({"configurable": {"thread_id": "prune"}}))
+    assert [t.config["configurable"]["checkpoint_id"] for t in remaining] == [
+        configs[-1]["configurable"]["checkpoint_id"]
+    ]
+    assert remaining[0].parent_config is None
+    assert remaining[0].checkpoint["channel_values"] == states[-1]
+    assert remaining[0].pending_writes == [("task", "messages", ["more"])]
+    count = _rows(saver, lg_url, "SELECT count(*) FROM {p}lg_blobs WHERE thread_id = %s", "prune")
+    assert count[0][0] == 1
+    writes = _rows(saver, lg_url, "SELECT count(*) FROM {p}lg_writes WHERE thread_id = %s", "prune")
+    assert writes[0][0] == 1
+
+
+def test_prune_refuses_delta_channel_threads(saver: PerdureSaver) -> None:
+    _put_chain(saver, "delta", [{"n": 1}, {"n": 2}], counters_since_delta_snapshot={"m": [1, 1]})
+    with pytest.raises(NotImplementedError, match="delta"):
+        saver.prune(["delta"], strategy="keep_latest")
+    with pytest.raises(ValueError, match="Unknown prune strategy"):
+        saver.prune(["delta"], strategy="newest")
+    saver.prune(["delta"], strategy="delete")
+    assert saver.get_tuple({"configurable": {"thread_id": "delta"}}) is None
+
+
+def test_delete_for_runs_relinks_survivors(saver: PerdureSaver, lg_url: str) -> None:
+    c1 = _put_chain(saver, "runs", [{"big": ["a"] * 10}], run_id="r1")[-1]
+    cp2, nv2 = _checkpoint(saver, {"big": ["b"] * 10}, None)
+    c2 = saver.put(c1, cp2, {"source": "loop", "step": 1, "run_id": "r2"}, nv2)
+    cp3, nv3 = _checkpoint(saver, {"n": 3}, cp2)
+    c3 = saver.put(c2, cp3, {"source": "loop", "step": 2, "run_id": "r3"}, nv3)
+    saver.put_writes(c2, [("x", 1)], "task")
+    saver.delete_for_runs(["r2"])
+    assert saver.get_tuple(c2) is None
+    last = saver.get_tuple(c3)
+    assert last is not None and last.parent_config is not None
+    assert (
+        last.parent_config["configurable"]["checkpoint_id"] == c1["configurable"]["checkpoint_id"]
+    )
+    # r2's blob is still used by r3's checkpoint, so it stays
+    assert last.checkpoint["channel_values"] == {"big": ["b"] * 10, "n": 3}
+    writes = _rows(saver, lg_url, "SELECT count(*) FROM {p}lg_writes WHERE thread_id = %s", "runs")
+    assert writes[0][0] == 0
+
+
+def test_copy_thread_keeps_history(saver: PerdureSaver) -> None:
+    configs = _put_chain(saver, "src", [{"a": [1]}, {"a": [1, 2]}])
+    saver.put_writes(configs[-1], [("w", "v")], "task")
+    saver.copy_thread("src", "dst")
+    saver.copy_thread("src", "dst")  # idempotent
+    copied = list(saver.list({"configurable": {"thread_id": "dst"}}))
+    assert [t.checkpoint["id"] for t in copied] == [
+        c["configurable"]["checkpoint_id"] for c in reversed(configs)
+    ]
+    assert copied[0].pending_writes == [("task", "w", "v")]
+    assert copied[0].checkpoint["channel_values"] == {"a": [1, 2]}
+
+
+def test_export_thread_json_lines(saver: PerdureSaver) -> None:
+    configs = _put_chain(
+        saver, "export", [{"messages": [{"role": "user", "content": "hi"}]}, {"blob": b"\x00"}]
+    )
+    saver.put_writes(configs[-1], [("messages", Unlisted(1))], "task")
+    lines = list(saver.export_thread("export"))
+    assert [json.loads(json.dumps(line)) for line in lines] == lines  # JSON round trip
+    assert [line["checkpoint_id"] for line in lines] == [
+        c["configurable"]["checkpoint_id"] for c in configs
+    ]
+    assert lines[0]["parent_checkpoint_id"] is None
+    assert lines[1]["parent_checkpoint_id"] == lines[0]["checkpoint_id"]
+    assert lines[1]["channel_values"]["messages"] == [{"role": "user", "content": "hi"}]
+    assert lines[1]["channel_values"]["blob"] == {"__bytes__": "AA=="}
+    assert lines[1]["metadata"]["step"] == 1
+    assert lines[1]["pending_writes"][0]["task_id"] == "task"
+
+
+def test_encryption_key(monkeypatch: pytest.MonkeyPatch, lg_url: str) -> None:
+    """PERDURE_LANGGRAPH_KEY encrypts with pycryptodome, or fails clearly without it."""
+    monkeypatch.setenv(KEY_ENV, "k" * 32)
+    try:
+        import Crypto  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigurationError, match="pycryptodome"):
+            PerdureSaver.from_url(lg_url)
+        return
+    with PerdureSaver.from_url(lg_url) as enc:
+        config = _put_chain(enc, "enc", [{"secret": ["plain-text-marker"]}])[-1]
+        tup = enc.get_tuple(config)
+        assert tup is not None and tup.checkpoint["channel_values"]["secret"] == [
+            "plain-text-marker"
+        ]
+        rows = _rows(enc, lg_url, "SELECT type, blob FROM {p}lg_blobs WHERE thread_id = %s", "enc")
+        assert rows and all(r[0].endswith("+aes") for r in rows)
+        assert all(b"plain-text-marker" not in bytes(r[1]) for r in rows)
+
+
+def test_key_formats() -> None:
+    assert parse_key("k" * 16) == b"k" * 16
+    assert parse_key("ab" * 32) == bytes.fromhex("ab" * 32)
+    with pytest.raises(ConfigurationError, match="16, 24 or 32 bytes"):
+        parse_key("short")
+
+
+@pytest.mark.parametrize(
+    "url, match",
+    [
+        ("mysql://x/y", "not supported"),
+        ("sqlite://host/x.db", "no host"),
+        ("sqlite:///x.db?synchronous=sometimes", "synchronous"),
+        ("sqlite:///x.db?journal=1", "unknown parameter"),
+        ("postgresql://u@h/db?schema=bad-name", "plain identifier"),
+        ("sqlite:////no/such/dir/x.db", "does not exist"),
+    ],
+)
+def test_configuration_errors(url: str, match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        PerdureSaver.from_url(url)
+
+
+def test_unreachable_postgres_is_a_typed_error() -> None:
+    with pytest.raises(BackendUnavailableError, match="cannot connect"):
+        PerdureSaver.from_url("postgresql://postgres@127.0.0.1:1/x?connect_timeout=1")
+
+
+def test_sqlite_durability_settings(tmp_path: Path) -> None:
+    with PerdureSaver.from_url(f"sqlite:///{tmp_path / 'a.db'}") as default:
+        assert default.driver.pragma("journal_mode") == "wal"
+        assert default.driver.pragma("synchronous") == 1  # NORMAL
+    with PerdureSaver.from_url(f"sqlite:///{tmp_path / 'b.db'}?synchronous=full") as full:
+        assert full.driver.synchronous == "full"  # type: ignore[attr-defined]
+        config = _put_chain(full, "t", [{"n": 1}])[-1]
+        assert full.get_tuple(config) is not None
+
+
+def test_schema_param_is_stripped(lg_postgres_base: str) -> None:
+    target = parse_url(f"{lg_postgres_base}?schema=lg_x&sslmode=disable")
+    assert isinstance(target, PostgresTarget)
+    assert target.schema == "lg_x"
+    assert "schema" not in target.conninfo and "sslmode=disable" in target.conninfo
+
+
+def test_headers_round_trip_through_deltas(saver: PerdureSaver, lg_url: str) -> None:
+    """Most rows store a delta against a base row; every checkpoint reads back exactly."""
+    config: Any = {"configurable": {"thread_id": "deltas", "checkpoint_ns": ""}}
+    written: list[tuple[Any, Checkpoint]] = []
+    versions: dict[str, Any] = {}
+    seen: dict[str, dict[str, Any]] = {}
+    values: dict[str, Any] = {}
+    for step in range(80):
+        cp = empty_checkpoint()
+        changed = {f"k{step % 7}": saver.get_next_version(versions.get(f"k{step % 7}"), None)}
+        if step % 5 == 0:
+            changed[f"new{step}"] = saver.get_next_version(None, None)
+        if step % 11 == 0 and "k3" in versions:
+            versions.pop("k3")
+            values.pop("k3", None)
+        versions.update(changed)
+        seen[f"node{step % 4}"] = dict(changed)
+        for key in changed:
+            values[key] = step if key.startswith("k") else [step]
+        cp["channel_versions"] = dict(versions)
+        cp["versions_seen"] = {k: dict(v) for k, v in seen.items()}
+        cp["channel_values"] = dict(values)
+        config = saver.put(config, cp, {"source": "loop", "step": step}, changed)
+        written.append((config, cp))
+    bases = _rows(
+        saver,
+        lg_url,
+        "SELECT count(*) FROM {p}lg_checkpoints WHERE thread_id = %s AND base_id IS NULL",
+        "deltas",
+    )
+    assert 1 < bases[0][0] < 20  # mostly deltas, with a new base now and then
+    for cfg, cp in written:
+        tup = saver.get_tuple(cfg)
+        assert tup is not None
+        for field in ("id", "channel_versions", "versions_seen", "channel_values"):
+            assert tup.checkpoint[field] == cp[field], (field, cfg)  # type: ignore[literal-required]
+    listed = list(saver.list({"configurable": {"thread_id": "deltas"}}, limit=30))
+    assert (
+        [t.checkpoint for t in listed]
+        == [
+            saver.get_tuple(c).checkpoint  # type: ignore[union-attr]
+            for c, _ in reversed(written[-30:])
+        ]
+    )
+
+
+def test_deltas_survive_maintenance(saver: PerdureSaver, lg_url: str) -> None:
+    """Deleting a base stores the rows that depend on it whole first."""
+    c1 = _put_chain(saver, "maint", [{"n": 1}], run_id="r1")[-1]
+    cp2, nv2 = _checkpoint(saver, {"n": 2, "m": [2]}, None)
+    c2 = saver.put(c1, cp2, {"source": "loop", "step": 1, "run_id": "r2"}, nv2)
+    cp3, nv3 = _checkpoint(saver, {"n": 3}, cp2)
+    c3 = saver.put(c2, cp3, {"source": "loop", "step": 2, "run_id": "r2"}, nv3)
+    deltas = _rows(
+        saver,
+        lg_url,
+        "SELECT count(*) FROM {p}lg_checkpoints WHERE thread_id = %s AND base_id IS NOT NULL",
+        "maint",
+    )
+    assert deltas[0][0] == 2
+    saver.delete_for_runs(["r1"])
+    got = saver.get_tuple(c3)
+    assert got is not None and got.checkpoint["channel_values"] == {"n": 3, "m": [2]}
+    assert saver.get_tuple(c2) is not None
+
+    # Another instance prunes under the first one's feet, deleting the base this one
+    # would write its next delta against; that write lands whole instead.
+    cp4, nv4 = _checkpoint(saver, {"n": 4}, cp3)
+    c4 = saver.put(c3, cp4, {"source": "loop", "step": 3}, nv4)  # a new base
+    cp5, nv5 = _checkpoint(saver, {"n": 5}, cp4)
+    c5 = saver.put(c4, cp5, {"source": "loop", "step": 4}, nv5)  # a delta on c4
+    with PerdureSaver.from_url(lg_url) as other:
+        other.prune(["maint"], strategy="keep_latest")
+    cp6, nv6 = _checkpoint(saver, {"n": 6}, cp5)
+    c6 = saver.put(c5, cp6, {"source": "loop", "step": 5}, nv6)
+    got = saver.get_tuple(c6)
+    assert got is not None and got.checkpoint["channel_values"] == {"n": 6, "m": [2]}
+    assert [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": "maint"}})] == [
+        c6["configurable"]["checkpoint_id"],
+        c5["configurable"]["checkpoint_id"],
+    ]
+
+
+def test_corrupt_row_is_a_typed_error(saver: PerdureSaver, lg_url: str) -> None:
+    config = _put_chain(saver, "corrupt", [{"n": 1}])[-1]
+    target = parse_url(lg_url)
+    sql = "UPDATE {p}lg_checkpoints SET checkpoint = %s WHERE thread_id = %s"
+    if isinstance(target, SqliteTarget):
+        with sqlite3.connect(target.path) as conn:
+            conn.execute(sql.format(p="").replace("%s", "?"), (b"\xc1garbage", "corrupt"))
+    else:
+        assert isinstance(target, PostgresTarget)
+        with psycopg.connect(target.conninfo) as pg:
+            pg.execute(sql.format(p=f'"{target.schema}".').encode(), (b"\xc1garbage", "corrupt"))
+    with pytest.raises(CorruptCheckpointError, match="corrupt"):
+        saver.get_tuple(config)
