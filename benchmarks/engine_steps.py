@@ -183,7 +183,7 @@ async def repeat(fn: Callable[[], Coroutine[Any, Any, float]], times: int) -> li
     return [await fn() for _ in range(times)]
 
 
-async def main(n: int, times: int) -> None:
+async def main(n: int, times: int, *, recovery_too: bool = True) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="perdure-bench-"))
     schema = f"perdure_bench_{uuid.uuid4().hex[:8]}"
     pg_url = f"{PG_BASE}{'&' if '?' in PG_BASE else '?'}schema={schema}"
@@ -203,14 +203,15 @@ async def main(n: int, times: int) -> None:
     )
     try:
         for label, url, sync in stores:
-            if sync is None:
-                bare = await repeat(lambda: bare_postgres(PG_BASE, n), times)
-            else:
-                path = str(tmp / f"bare-{sync}.db")
-                bare = await repeat(lambda p=path, s=sync: bare_sqlite(p, s, n), times)
+            # Interleaved, so a change of machine load hits both columns alike.
+            bare: list[float] = []
             ours: list[float] = []
             writes = 0.0
             for _ in range(times):
+                if sync is None:
+                    bare.append(await bare_postgres(PG_BASE, n))
+                else:
+                    bare.append(await bare_sqlite(str(tmp / f"bare-{sync}.db"), sync, n))
                 per_step, writes = await perdure_steps(url, n)
                 ours.append(per_step)
             b, bs = median_spread(bare)
@@ -218,6 +219,8 @@ async def main(n: int, times: int) -> None:
             bare_col = f"{b * 1e6:.1f} ±{bs * 1e6:.1f}µs"
             ours_col = f"{o * 1e6:.1f} ±{os_ * 1e6:.1f}µs"
             print(f"{label:40} {bare_col:>20} {ours_col:>14} {o / b:>6.2f}x {writes:>11.3f}")
+        if not recovery_too:
+            return
         print(f"\nrecovery after SIGKILL: worker start → first resumed step (median of {times})\n")
         head = f"{'store':40} {'history':>8} {'in-process serve()':>20}"
         print(f"{head} {'`perdure worker` process':>26}")
@@ -236,5 +239,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-recovery", action="store_true", help="per-step figures only")
     ns = parser.parse_args()
-    asyncio.run(main(ns.steps, ns.repeat))
+    asyncio.run(main(ns.steps, ns.repeat, recovery_too=not ns.no_recovery))
