@@ -111,6 +111,11 @@ class Backend(ABC):
         drives the run whenever it is due and its workflow is registered here."""
 
     @abstractmethod
+    async def idle(self) -> None:
+        """Return once no run this process drives is still moving: each one finished,
+        suspended or parked (what a short-lived process waits for before exiting)."""
+
+    @abstractmethod
     async def serve(self, *, stop: asyncio.Event, concurrency: int = 100) -> None:
         """Be a worker: recover and drive due runs of every registered workflow until ``stop``."""
 

@@ -1,3 +1,6 @@
-"""perdure backend on DBOS Transact."""
+"""perdure backend on DBOS Transact: ``dbos+sqlite:///path.db``, ``dbos+postgresql://...``."""
 
-__all__: list[str] = []
+from perdure_dbos._backend import DbosBackend, DbosUrl, application_version, open_backend
+from perdure_dbos._serializer import JsonSerializer
+
+__all__ = ["DbosBackend", "DbosUrl", "JsonSerializer", "application_version", "open_backend"]

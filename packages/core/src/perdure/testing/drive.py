@@ -11,7 +11,6 @@ import importlib
 import json
 
 from perdure.api import connect, shutdown
-from perdure.engine.backend import EmbeddedBackend
 from perdure.workflow import get_workflow
 
 
@@ -22,10 +21,7 @@ async def _main(ns: argparse.Namespace) -> None:
     backend = await connect(ns.url)
     try:
         await backend.start(workflow, tuple(data["args"]), data["kwargs"], run_id=ns.run_id)
-        if isinstance(backend, EmbeddedBackend):
-            await backend.idle()
-        else:
-            await backend.wait(ns.run_id)
+        await backend.idle()
     finally:
         await shutdown()
 

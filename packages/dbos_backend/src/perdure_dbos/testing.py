@@ -1,0 +1,48 @@
+"""URL factories for perdure's pytest plugin (entry-point group ``perdure.test_stores``)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Generator
+from pathlib import Path
+
+from perdure.testing.plugin import postgresql_url
+
+
+@contextlib.contextmanager
+def dbos_sqlite_url(tmp_path: Path) -> Generator[str]:
+    """A fresh DBOS system database in a temporary SQLite file."""
+    yield f"dbos+sqlite:///{tmp_path / 'dbos.db'}"
+
+
+@contextlib.contextmanager
+def dbos_postgresql_url(tmp_path: Path) -> Generator[str]:
+    """A fresh PostgreSQL schema for DBOS's system tables, dropped afterwards."""
+    with postgresql_url(tmp_path) as url:
+        yield f"dbos+{url}"
+
+
+def corrupt_step(url: str, run_id: str, step_id: int) -> None:
+    """Overwrite DBOS step ``step_id`` of ``run_id`` with text that is not JSON, behind
+    DBOS's back (for the conformance scenario on corrupt history rows)."""
+    import sqlalchemy as sa
+
+    from perdure_dbos._backend import DbosUrl
+
+    parsed = DbosUrl.parse(url)
+    system = parsed.system_database_url
+    if system.startswith("postgresql://"):
+        system = "postgresql+psycopg://" + system.removeprefix("postgresql://")
+    engine = sa.create_engine(system)
+    try:
+        table = sa.Table(
+            "operation_outputs", sa.MetaData(schema=parsed.schema), autoload_with=engine
+        )
+        with engine.begin() as conn:
+            conn.execute(
+                sa.update(table)
+                .where(table.c.workflow_uuid == run_id, table.c.function_id == step_id)
+                .values(output="{not json")
+            )
+    finally:
+        engine.dispose()
