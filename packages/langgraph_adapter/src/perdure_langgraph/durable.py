@@ -52,9 +52,9 @@ from perdure.backend import outcome
 from perdure.config import resolve_url
 from perdure.context import current_run
 from perdure.errors import SerializationError
+from perdure.locate import find, resolve
 from perdure.serialization import to_jsonable
 from perdure_langgraph._jsonable import to_jsonable as lossy_jsonable
-from perdure_langgraph._locate import locate, resolve
 from perdure_langgraph.saver import PerdureSaver
 
 __all__ = ["WORKFLOW_NAME", "DurableGraph", "durable"]
@@ -240,14 +240,14 @@ class DurableGraph:
     def locator(self) -> str:
         """Where a worker finds this graph: ``graph_ref`` or a module-level attribute."""
         if self.graph_ref is not None:
-            found = resolve(self.graph_ref)
+            found = resolve(self.graph_ref, what="graph")
             if not isinstance(found, DurableGraph | Pregel):
                 raise ConfigurationError(
                     f"graph_ref {self.graph_ref!r} names a {type(found).__name__}, not a graph"
                 )
             return self.graph_ref
         if self._ref is None:
-            self._ref = locate(self, self.compiled)
+            self._ref = find(self, self.compiled)
         if self._ref is None:
             raise ConfigurationError(
                 f"cannot find graph {self.compiled.name!r} (or its durable() wrapper) as a "
@@ -598,7 +598,7 @@ def _resolve_graph(ref: str, run_id: str, local: _Local | None) -> DurableGraph:
     if local is not None:
         return local.graph
     try:
-        found = resolve(ref)
+        found = resolve(ref, what="graph")
     except ConfigurationError as exc:
         error = DeterminismError(run_id, "graph", str(exc))
         ctx = current_run.get()

@@ -25,8 +25,8 @@ from agents.run_state import RunState
 import perdure
 from perdure.context import current_run
 from perdure.errors import SerializationError
+from perdure.locate import resolve
 from perdure.serialization import from_jsonable, to_jsonable
-from perdure_openai_agents._locate import resolve
 from perdure_openai_agents._model import DurableProvider, determinism_error
 from perdure_openai_agents._wrap import (
     DRIVE,

@@ -21,10 +21,10 @@ import perdure
 from perdure import Backend, ConfigurationError, RunHandle, RunInfo, RunStatus
 from perdure.config import resolve_url
 from perdure.errors import DeterminismError, NeedsAttentionError, SerializationError
+from perdure.locate import locate, resolve
 from perdure.records import Event
 from perdure.registry import open_backend
 from perdure.serialization import from_jsonable, to_jsonable
-from perdure_openai_agents._locate import locate, resolve
 from perdure_openai_agents._workflow import LOCAL, Local, StreamSink, agent_run
 from perdure_openai_agents.session import PerdureSession
 

@@ -1,7 +1,7 @@
 """Import locators (``"module:attribute"``) for objects a worker must re-create.
 
-A run's input names its agent (and run config, hooks) by where it is defined, so a
-worker that imports that module after a crash finds the very same object.
+A run's input names its agent, graph or config by where it is defined, so a worker that
+imports that module after a crash finds the very same object. Adapters share this.
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
-from perdure import ConfigurationError
+from perdure.errors import ConfigurationError
+
+__all__ = ["find", "locate", "resolve"]
 
 _cache: dict[int, tuple[Any, str]] = {}
 
@@ -35,7 +37,7 @@ def _main_module_name(module: ModuleType) -> str | None:
 
 
 def resolve(ref: str, *, what: str = "object") -> Any:
-    """The object a ``"module:attribute"`` locator names."""
+    """The object a ``"module:attribute"`` locator names, or ``ConfigurationError``."""
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigurationError(f"{what} locator {ref!r} is not of the form 'module:attribute'")
@@ -56,17 +58,18 @@ def resolve(ref: str, *, what: str = "object") -> Any:
     return obj
 
 
-def locate(obj: Any, *, what: str, hint: str) -> str:
-    """A locator under which ``obj`` is a module-level attribute of an imported module.
-
-    Raises ``ConfigurationError`` saying how to fix it when there is none.
-    """
-    hit = _cache.get(id(obj))
-    if hit is not None and hit[0] is obj:
-        return hit[1]
-    found: list[tuple[bool, str, str]] = []
+def find(*candidates: Any) -> str | None:
+    """A locator under which one of ``candidates`` is a module-level attribute of an
+    imported module (public modules and short names first), or None."""
+    if len(candidates) == 1:
+        hit = _cache.get(id(candidates[0]))
+        if hit is not None and hit[0] is candidates[0]:
+            return hit[1]
+    wanted = {id(c) for c in candidates}
+    found: list[tuple[bool, bool, int, str, str]] = []
     main = sys.modules.get("__main__")
-    for name, module in list(sys.modules.items()):
+    # sys.modules may hold None (a blocked import) despite its annotation.
+    for name, module in list(cast(dict[str, ModuleType | None], sys.modules).items()):
         if module is None:
             continue
         try:
@@ -74,20 +77,29 @@ def locate(obj: Any, *, what: str, hint: str) -> str:
         except TypeError:
             continue
         for attr, value in list(members.items()):
-            if value is obj and not attr.startswith("__"):
-                found.append((module is main, name, attr))
-    found.sort(key=lambda f: (f[0], f[1].startswith("_"), len(f[1]), f[1], f[2]))
-    for is_main, name, attr in found:
+            if id(value) in wanted and not attr.startswith("__"):
+                found.append((module is main, name.startswith("_"), len(name), name, attr))
+    found.sort()
+    for is_main, _, _, name, attr in found:
         if is_main:
             main_name = None if main is None else _main_module_name(main)
             if main_name is None:
                 continue
             name = main_name
         ref = f"{name}:{attr}"
-        _cache[id(obj)] = (obj, ref)
+        if len(candidates) == 1:
+            _cache[id(candidates[0])] = (candidates[0], ref)
         return ref
-    raise ConfigurationError(
-        f"cannot find {what} {getattr(obj, 'name', obj)!r} as a module-level attribute of any "
-        f"imported module, so a worker could not re-create it after a crash; define it at "
-        f"module level, or pass {hint}='module:attribute'"
-    )
+    return None
+
+
+def locate(obj: Any, *, what: str, hint: str) -> str:
+    """``find(obj)``, or a ``ConfigurationError`` saying how to fix it."""
+    ref = find(obj)
+    if ref is None:
+        raise ConfigurationError(
+            f"cannot find {what} {getattr(obj, 'name', obj)!r} as a module-level attribute of "
+            "any imported module, so a worker could not re-create it after a crash; define it "
+            f"at module level, or pass {hint}='module:attribute'"
+        )
+    return ref
