@@ -14,9 +14,17 @@ from typing import Any, cast
 
 from perdure.errors import ConfigurationError
 
-__all__ = ["find", "locate", "resolve"]
+__all__ = ["find", "importable_name", "locate", "resolve"]
 
 _cache: dict[int, tuple[Any, str]] = {}
+
+
+def importable_name(module_name: str) -> str:
+    """``module_name``, or for ``__main__`` the name a worker would import it by."""
+    if module_name != "__main__":
+        return module_name
+    main = sys.modules.get("__main__")
+    return (None if main is None else _main_module_name(main)) or module_name
 
 
 def _main_module_name(module: ModuleType) -> str | None:

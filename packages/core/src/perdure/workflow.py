@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from perdure.errors import ConfigurationError, WorkflowNotFoundError
+from perdure.locate import importable_name
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -54,8 +55,9 @@ def workflow(
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Register a module-level async function as a workflow.
 
-    Its name defaults to ``module:qualname``; a worker that imports the module can
-    resume its runs. ``version`` is recorded on every run it starts.
+    Its name defaults to ``module:qualname`` (for a script run as ``__main__``, the
+    module name a worker imports it by); a worker that imports the module can resume
+    its runs. ``version`` is recorded on every run it starts.
     """
 
     def register(f: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
@@ -68,7 +70,9 @@ def workflow(
                 f"@perdure.workflow on {f.__qualname__}: define it at module level "
                 "(or give it a name=) so a worker can import and resume it"
             )
-        wf = Workflow(f, name or f"{f.__module__}:{f.__qualname__}", version)
+        # A script's workflows are named by the module a worker imports, not __main__.
+        module = importable_name(f.__module__)
+        wf = Workflow(f, name or f"{module}:{f.__qualname__}", version)
         register_workflow(wf)
         return wf
 
