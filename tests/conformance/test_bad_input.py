@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sqlite3
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-import psycopg
 import pytest
 
 import perdure
@@ -21,24 +19,6 @@ def scenarios(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> Any:
     import scenarios
 
     return scenarios
-
-
-def corrupt_event(url: str, run_id: str, seq: int) -> None:
-    """Overwrite one history row with bytes that are not JSON, behind the store's back."""
-    if url.startswith("sqlite"):
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-            conn.execute(
-                "UPDATE events SET data = ? WHERE run_id = ? AND seq = ?",
-                ("{not json", run_id, seq),
-            )
-        return
-    parts = urlsplit(url)
-    schema = parse_qs(parts.query)["schema"][0]
-    with psycopg.connect(parts._replace(query="").geturl(), autocommit=True) as conn:
-        conn.execute(
-            f'UPDATE "{schema}".events SET data = %s WHERE run_id = %s AND seq = %s',
-            ("{not json", run_id, seq),
-        )
 
 
 async def test_an_unknown_run_id_is_a_typed_error_and_cli_exit_3(
@@ -64,12 +44,12 @@ async def test_unreachable_postgresql_is_a_backend_unavailable_error() -> None:
 
 
 async def test_a_corrupt_history_row_is_named_and_left_intact(
-    perdure_backend: Any, perdure_url: str, scenarios: Any
+    perdure_backend: Any, perdure_corrupt: Callable[[str, int], None], scenarios: Any
 ) -> None:
     handle = await perdure_backend.start(scenarios.approval, ("1",), {}, run_id="r-corrupt")
     await perdure_backend.idle()
     assert (await handle.status()) is RunStatus.SUSPENDED
-    corrupt_event(perdure_url, "r-corrupt", 1)
+    perdure_corrupt("r-corrupt", 1)
 
     with pytest.raises(perdure.CorruptHistoryError, match=r"r-corrupt.*#1"):
         await perdure_backend.history("r-corrupt")
@@ -79,7 +59,7 @@ async def test_a_corrupt_history_row_is_named_and_left_intact(
     assert info.status is RunStatus.NEEDS_ATTENTION  # parked, never continued wrongly
     assert info.attention is not None
     assert info.attention["reason"] == "CorruptHistoryError"
-    corrupt_event(perdure_url, "r-corrupt", 1)  # the row is still there to repair
+    perdure_corrupt("r-corrupt", 1)  # the row is still there to repair
 
 
 async def test_an_undecodable_signal_payload_is_refused_and_nothing_is_written(

@@ -125,6 +125,15 @@ def runtime() -> _Runtime:
 def send_cancel(run_id: str, topic: str) -> None:
     """Wake a run waiting on ``topic`` with the cancellation message."""
     DBOS.send(run_id, {CANCEL_KEY: True}, topic=topic)
+    woken(run_id, topic)
+
+
+def woken(run_id: str, topic: str) -> None:
+    """A message on ``topic`` was sent to ``run_id``: if this process drives the run and
+    it waits for that topic, it counts as running until it has taken the message."""
+    ctx = LIVE.get(run_id)
+    if ctx is not None:
+        ctx.woken(topic)
 
 
 # -- the one DBOS workflow ---------------------------------------------------------------
@@ -361,6 +370,7 @@ class DbosBackend(Backend):
         await self._status(run_id)
         message = {"payload": data, "sent_by": by, "sent_at": time.time()}
         await DBOS.send_async(run_id, message, topic=name)
+        woken(run_id, name)
 
     async def cancel(self, run_id: str) -> RunInfo:
         info = await self.get_run(run_id)
@@ -415,6 +425,7 @@ class DbosBackend(Backend):
         if outcome == "succeeded":
             decision["result"] = to_jsonable(result, f"reconciled result of step {step_key!r}")
         await DBOS.send_async(run_id, decision, topic=f"{RECONCILE_TOPIC}{step_key}")
+        woken(run_id, f"{RECONCILE_TOPIC}{step_key}")
         await asyncio.to_thread(runtime().marks.update, run_id, attention=None)
         return await self.get_run(run_id)
 
@@ -518,6 +529,32 @@ def _claim(run_id: str, dead: str, me: str) -> bool:
     return True
 
 
+def message_pending(run_id: str, topic: str) -> bool:
+    """Whether a message on ``topic`` waits, unconsumed, for ``run_id``."""
+    sys_db = _get_dbos_instance()._sys_db  # pyright: ignore[reportPrivateUsage]
+    n = sys_db.tables.notifications
+    query = (
+        sa.select(n.c.message_uuid)
+        .where(n.c.destination_uuid == run_id, n.c.topic == topic, n.c.consumed.is_(False))
+        .limit(1)
+    )
+    with sys_db.engine.connect() as conn:
+        return conn.execute(query).first() is not None
+
+
+def recorded_at(run_id: str, function_id: int) -> bool:
+    """Whether DBOS recorded the operation ``function_id`` of ``run_id``."""
+    sys_db = _get_dbos_instance()._sys_db  # pyright: ignore[reportPrivateUsage]
+    oo = sys_db.tables.operation_outputs
+    query = (
+        sa.select(oo.c.function_id)
+        .where(oo.c.workflow_uuid == run_id, oo.c.function_id == function_id)
+        .limit(1)
+    )
+    with sys_db.engine.connect() as conn:
+        return conn.execute(query).first() is not None
+
+
 def _find_corrupt_step(run_id: str) -> CorruptHistoryError | None:
     """Name the first step row of ``run_id`` whose output cannot be decoded."""
     dbos = _get_dbos_instance()
@@ -541,6 +578,16 @@ def _find_corrupt_step(run_id: str) -> CorruptHistoryError | None:
     return None
 
 
+def _sqlite_wal(path: str) -> None:
+    """Put DBOS's SQLite file in WAL mode (persistent, once): readers do not block its
+    writer, and stores sharing the file (checkpoints, sessions) can open it while DBOS
+    holds connections — switching journal modes later needs the file to itself."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+
+
 def _launch(parsed: DbosUrl) -> _Runtime:
     executor_id = new_owner_id()
     config: DBOSConfig = {
@@ -556,6 +603,8 @@ def _launch(parsed: DbosUrl) -> _Runtime:
     if parsed.schema:
         config["dbos_system_schema"] = parsed.schema
     try:
+        if parsed.system_database_url.startswith("sqlite:///"):
+            _sqlite_wal(parsed.system_database_url.removeprefix("sqlite:///"))
         DBOS(config=config)
         DBOS.launch()
     except Exception as exc:

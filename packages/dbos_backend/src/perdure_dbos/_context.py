@@ -107,6 +107,8 @@ class DbosRunContext:
         self.cancelling = False
         self.broken: DeterminismError | CorruptHistoryError | None = None
         self._state = "running"
+        #: The topic of the message the run waits for (state waiting or parked).
+        self.waiting_on: str | None = None
         self.task: asyncio.Task[Any] | None = None
         self._cancel = False
         self._checked_at = -CANCEL_CHECK
@@ -124,6 +126,13 @@ class DbosRunContext:
     def enter(self) -> None:
         self.task = self.root.task = asyncio.current_task()
         _scope.set(self.root)
+
+    def woken(self, topic: str) -> None:
+        """A message on ``topic`` was just sent to this run: if it waits for it, it is
+        running again from now (so ``idle`` does not return before it takes it)."""
+        if self._state in ("waiting", "parked") and self.waiting_on == topic:
+            self.waiting_on = None
+            self.state = "running"
 
     @property
     def run_id(self) -> str:
@@ -202,6 +211,19 @@ class DbosRunContext:
             self._cancel = mark is not None and mark.cancel_requested
             self._checked_at = now
         return self._cancel
+
+    async def _recorded_ahead(self) -> bool:
+        """Whether DBOS recorded the next operation of this run (the ``recv`` after a
+        wait): replay of a wait whose message was already taken, so nothing shows the
+        run as waiting again."""
+        from dbos._context import get_local_dbos_context
+
+        from perdure_dbos._backend import recorded_at
+
+        dbos_ctx = get_local_dbos_context()
+        if dbos_ctx is None:
+            return False
+        return await asyncio.to_thread(recorded_at, self.run_id, dbos_ctx.function_id + 1)
 
     async def _set(self, **values: Any) -> None:
         await asyncio.to_thread(self.marks.update, self.run_id, **values)
@@ -379,15 +401,23 @@ class DbosRunContext:
             "recording the outcome; the receiver may or may not have acted",
         }
 
+        fresh = False
+
         async def park() -> dict[str, Any]:
+            nonlocal fresh
+            fresh = True
             return {"t": "park", "attention": attention}
 
         env = await self._record(key, park)
-        await self._set(attention=env.get("attention"))
-        self.state = "parked"
+        replaying = not fresh and await self._recorded_ahead()
+        if not replaying:
+            await self._set(attention=env.get("attention"))
+            self.waiting_on = f"{RECONCILE_TOPIC}{key}"
+            self.state = "parked"
         decision = await self._dbos(key, DBOS.recv_async(f"{RECONCILE_TOPIC}{key}", FOREVER))
-        self.state = "running"
-        await self._set(attention=None)
+        if not replaying:
+            self.state = "running"
+            await self._set(attention=None)
         data: dict[str, Any] = decision or {}
         if data.get(CANCEL_KEY):
             raise Cancelled()
@@ -407,7 +437,11 @@ class DbosRunContext:
         key = f"{self._position()}:signal:{name}"
         shown = to_jsonable(details, f"details of wait {key!r}") if details else None
 
+        fresh = False
+
         async def wait() -> dict[str, Any]:
+            nonlocal fresh
+            fresh = True
             if await self._cancel_requested(fresh=True):
                 return {"t": "cancelled"}
             deadline = None if timeout is None else time.time() + timeout
@@ -416,8 +450,25 @@ class DbosRunContext:
         env = await self._record(key, wait)
         if env.get("t") == "cancelled":
             raise Cancelled()
+        if not fresh and await self._recorded_ahead():
+            # Replay: the message was taken already; the run never shows as waiting (a
+            # previous execution may have died before clearing its wait).
+            await self._set(waiting_for=None, wake_at=None, details=None)
+            message = await self._dbos(
+                key, DBOS.recv_async(name, FOREVER if timeout is None else timeout)
+            )
+            if message is None:
+                raise SignalTimeoutError(name, float(timeout or 0))
+            data: dict[str, Any] = message
+            if data.get(CANCEL_KEY):
+                raise Cancelled()
+            return from_jsonable(data.get("payload"), f"run {self.run_id!r} signal {key!r}")
         await self._set(waiting_for=name, wake_at=env.get("deadline"), details=shown)
-        self.state = "waiting"
+        from perdure_dbos._backend import message_pending
+
+        if not await asyncio.to_thread(message_pending, self.run_id, name):
+            self.waiting_on = name
+            self.state = "waiting"  # a signal sent before the wait is taken without stopping
         if not self.cancelling and await self._cancel_requested(fresh=True):
             # Cancelled between the check above and our waiting_for write: make sure the
             # recv below sees it (``cancel`` may have found us not waiting yet).
@@ -431,10 +482,20 @@ class DbosRunContext:
         await self._set(waiting_for=None, wake_at=None, details=None)
         if message is None:
             raise SignalTimeoutError(name, float(timeout or 0))
-        data: dict[str, Any] = message
+        data = message
         if data.get(CANCEL_KEY):
             raise Cancelled()
+        await self._verify_history()
         return from_jsonable(data.get("payload"), f"run {self.run_id!r} signal {key!r}")
+
+    async def _verify_history(self) -> None:
+        """After a suspension, re-read the recorded steps before continuing (as a replay
+        would): a row corrupted meanwhile parks the run instead of being built upon."""
+        from perdure_dbos._backend import _find_corrupt_step  # pyright: ignore[reportPrivateUsage]
+
+        corrupt = await asyncio.to_thread(_find_corrupt_step, self.run_id)
+        if corrupt is not None:
+            raise self._fail(corrupt)
 
     async def sleep(self, seconds: float) -> None:
         key = f"{self._position()}:sleep"

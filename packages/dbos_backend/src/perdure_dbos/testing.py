@@ -1,4 +1,5 @@
-"""URL factories for perdure's pytest plugin (entry-point group ``perdure.test_stores``)."""
+"""URL factories and the history corrupter of the DBOS stores for perdure's pytest plugin
+(entry-point groups ``perdure.test_stores`` and ``perdure.test_corrupters``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def dbos_postgresql_url(tmp_path: Path) -> Generator[str]:
 
 def corrupt_step(url: str, run_id: str, step_id: int) -> None:
     """Overwrite DBOS step ``step_id`` of ``run_id`` with text that is not JSON, behind
-    DBOS's back (for the conformance scenario on corrupt history rows)."""
+    DBOS's back: the corrupter of both DBOS stores (entry-point group
+    ``perdure.test_corrupters``) for the conformance scenario on corrupt history rows."""
     import sqlalchemy as sa
 
     from perdure_dbos._backend import DbosUrl
@@ -39,10 +41,12 @@ def corrupt_step(url: str, run_id: str, step_id: int) -> None:
             "operation_outputs", sa.MetaData(schema=parsed.schema), autoload_with=engine
         )
         with engine.begin() as conn:
-            conn.execute(
+            done = conn.execute(
                 sa.update(table)
                 .where(table.c.workflow_uuid == run_id, table.c.function_id == step_id)
                 .values(output="{not json")
             )
+            if done.rowcount != 1:
+                raise LookupError(f"{url}: run {run_id!r} has no DBOS step #{step_id}")
     finally:
         engine.dispose()

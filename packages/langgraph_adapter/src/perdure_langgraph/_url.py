@@ -54,7 +54,13 @@ def redact(url: str) -> str:
 
 
 def parse_url(url: str) -> SqliteTarget | PostgresTarget:
-    """Parse ``sqlite:///path.db[?synchronous=full]`` or ``postgresql://...[?schema=x]``."""
+    """Parse ``sqlite:///path.db[?synchronous=full]`` or ``postgresql://...[?schema=x]``.
+
+    A DBOS URL (``dbos+sqlite:///...``, ``dbos+postgresql://...[?schema=x]``) names the
+    database of DBOS's system tables: the checkpoints live there too.
+    """
+    if url[:5].lower() == "dbos+":
+        url = url[5:]
     try:
         parts = urlsplit(url)
     except ValueError as exc:

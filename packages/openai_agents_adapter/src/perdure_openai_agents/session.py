@@ -221,14 +221,17 @@ class _Postgres:
 
 
 def _open_store(url: str) -> _Sqlite | _Postgres:
+    if url[:5].lower() == "dbos+":
+        # A DBOS store: the items live in DBOS's own database (same ``?schema=``).
+        url = url[5:]
     scheme = url.split("://", 1)[0].lower()
     if scheme == "sqlite":
         return _Sqlite(url)
     if scheme in ("postgresql", "postgres"):
         return _Postgres(url)
     raise ConfigurationError(
-        f"PerdureSession stores items next to the runs of a sqlite:/// or postgresql:// "
-        f"store; {scheme}:// is not one (use the SDK's own sessions there)"
+        f"PerdureSession stores items next to the runs of a sqlite:///, postgresql:// "
+        f"or dbos+ store; {scheme}:// is not one (use the SDK's own sessions there)"
     )
 
 

@@ -3,7 +3,10 @@
 ``PERDURE_TEST_STORES`` (comma-separated, default ``sqlite,postgresql``) picks the
 stores every test using ``perdure_url`` runs on. Another backend joins the matrix by
 registering a URL factory under the entry-point group ``perdure.test_stores``: a
-function ``(tmp_path) -> contextmanager[str]`` yielding a fresh URL.
+function ``(tmp_path) -> contextmanager[str]`` yielding a fresh URL. Under the group
+``perdure.test_corrupters`` (same name) it registers a corrupter: a function
+``(url, run_id, seq) -> None`` that overwrites the stored record of history event (or
+step) ``seq`` of ``run_id`` with bytes that are not JSON, behind the store's back.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from perdure.testing.processes import Processes
 from perdure.testing.receivers import Receiver
 
 StoreFactory = Callable[[Path], AbstractContextManager[str]]
+Corrupter = Callable[[str, str, int], None]
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -54,6 +58,49 @@ def postgresql_url(tmp_path: Path) -> Generator[str]:
 
 BUILTIN: dict[str, StoreFactory] = {"sqlite": sqlite_url, "postgresql": postgresql_url}
 
+NOT_JSON = "{not json"
+
+
+def _one_row(rowcount: int, url: str, run_id: str, seq: int) -> None:
+    if rowcount != 1:
+        raise LookupError(f"{url}: run {run_id!r} has no stored history record #{seq}")
+
+
+def corrupt_sqlite(url: str, run_id: str, seq: int) -> None:
+    """Overwrite history event ``seq`` of the embedded SQLite store with non-JSON."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
+        done = conn.execute(
+            "UPDATE events SET data = ? WHERE run_id = ? AND seq = ?", (NOT_JSON, run_id, seq)
+        )
+        _one_row(done.rowcount, url, run_id, seq)
+
+
+def corrupt_postgresql(url: str, run_id: str, seq: int) -> None:
+    """Overwrite history event ``seq`` of the embedded PostgreSQL store with non-JSON."""
+    from urllib.parse import parse_qs, urlsplit
+
+    import psycopg
+    import psycopg.sql
+
+    parts = urlsplit(url)
+    schema = parse_qs(parts.query).get("schema", ["public"])[0]
+    with psycopg.connect(parts._replace(query="").geturl(), autocommit=True) as conn:
+        done = conn.execute(
+            psycopg.sql.SQL("UPDATE {}.events SET data = %s WHERE run_id = %s AND seq = %s").format(
+                psycopg.sql.Identifier(schema)
+            ),
+            (NOT_JSON, run_id, seq),
+        )
+        _one_row(done.rowcount, url, run_id, seq)
+
+
+BUILTIN_CORRUPTERS: dict[str, Corrupter] = {
+    "sqlite": corrupt_sqlite,
+    "postgresql": corrupt_postgresql,
+}
+
 
 def store_names() -> list[str]:
     raw = os.environ.get("PERDURE_TEST_STORES", "sqlite,postgresql")
@@ -69,6 +116,17 @@ def store_factory(name: str) -> StoreFactory:
     raise pytest.UsageError(f"PERDURE_TEST_STORES names {name!r}, which nothing provides")
 
 
+def store_corrupter(name: str) -> Corrupter:
+    if name in BUILTIN_CORRUPTERS:
+        return BUILTIN_CORRUPTERS[name]
+    for ep in importlib.metadata.entry_points(group="perdure.test_corrupters", name=name):
+        corrupter: Corrupter = ep.load()
+        return corrupter
+    raise pytest.UsageError(
+        f"store {name!r} registers no corrupter (entry-point group perdure.test_corrupters)"
+    )
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "perdure_store" in metafunc.fixturenames:
         metafunc.parametrize("perdure_store", store_names(), scope="function")
@@ -79,6 +137,18 @@ def perdure_url(perdure_store: str, tmp_path: Path) -> Iterator[str]:
     """A URL of a fresh, empty store of the kind under test."""
     with store_factory(perdure_store)(tmp_path) as url:
         yield url
+
+
+@pytest.fixture
+def perdure_corrupt(perdure_store: str, perdure_url: str) -> Callable[[str, int], None]:
+    """``corrupt(run_id, seq)``: overwrite the stored record of history event/step ``seq``
+    of ``run_id`` in ``perdure_url`` with non-JSON, behind the store's back."""
+    corrupter = store_corrupter(perdure_store)
+
+    def corrupt(run_id: str, seq: int) -> None:
+        corrupter(perdure_url, run_id, seq)
+
+    return corrupt
 
 
 @pytest.fixture
