@@ -18,7 +18,7 @@ import nox
 ROOT = Path(__file__).parent
 UV_RUN = ("uv", "run", "--all-packages", "--all-extras", "--group", "dev")
 LINT_PATHS = ("packages", "tests", "benchmarks", "noxfile.py")
-DEFAULT_STORES = "sqlite,postgresql"
+DEFAULT_STORES = "sqlite,postgresql,dbos+sqlite,dbos+postgresql"
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 nox.options.default_venv_backend = "none"
@@ -56,7 +56,8 @@ def types(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """All tests, stores from PERDURE_TEST_STORES (default: sqlite,postgresql)."""
+    """All tests on every column of the matrix (or PERDURE_TEST_STORES): the embedded
+    engine on SQLite and PostgreSQL, and DBOS on a SQLite and a PostgreSQL database."""
     _pytest(session, os.environ.get("PERDURE_TEST_STORES", DEFAULT_STORES))
 
 
@@ -70,6 +71,12 @@ def tests_sqlite(session: nox.Session) -> None:
 def tests_postgresql(session: nox.Session) -> None:
     """All tests, store matrix restricted to PostgreSQL."""
     _pytest(session, "postgresql")
+
+
+@nox.session(python=False)
+def tests_dbos(session: nox.Session) -> None:
+    """All tests, store matrix restricted to DBOS (SQLite and PostgreSQL databases)."""
+    _pytest(session, "dbos+sqlite,dbos+postgresql")
 
 
 @nox.session(python=False)

@@ -18,13 +18,15 @@ import pytest
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 KNOWN_STORES = ("sqlite", "postgresql")
+#: On DBOS the checkpoints live in DBOS's own database: the same URL with ``dbos+``.
+DBOS_STORES = tuple(f"dbos+{name}" for name in KNOWN_STORES)
 
 
 def lg_store_names() -> list[str]:
     """The stores selected by ``PERDURE_TEST_STORES``."""
     raw = os.environ.get("PERDURE_TEST_STORES", ",".join(KNOWN_STORES))
     names = [s.strip() for s in raw.split(",") if s.strip()]
-    unknown = [n for n in names if n not in KNOWN_STORES]
+    unknown = [n for n in names if n not in KNOWN_STORES + DBOS_STORES]
     if unknown:
         raise pytest.UsageError(f"PERDURE_TEST_STORES names unknown stores: {unknown}")
     return names
@@ -63,7 +65,8 @@ def lg_postgres_url(lg_postgres_base: str) -> Iterator[str]:
 @pytest.fixture
 def lg_url(lg_store: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     """A store URL for ``lg_store``: a new SQLite file, or the session's PostgreSQL schema."""
-    if lg_store == "sqlite":
-        return f"sqlite:///{tmp_path / 'checkpoints.db'}"
+    prefix = "dbos+" if lg_store.startswith("dbos+") else ""
+    if lg_store.removeprefix("dbos+") == "sqlite":
+        return f"{prefix}sqlite:///{tmp_path / 'checkpoints.db'}"
     url: str = request.getfixturevalue("lg_postgres_url")
-    return url
+    return prefix + url
