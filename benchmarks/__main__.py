@@ -11,6 +11,7 @@ BENCHMARKS = (
     ["-m", "benchmarks.engine_steps"],
     ["-m", "benchmarks.agents_turns"],
     [str(ROOT / "benchmarks" / "langgraph_superstep.py")],
+    ["-m", "benchmarks.dbos_steps"],
 )
 
 
