@@ -54,12 +54,15 @@ def lg_postgres_base() -> str:
 
 
 @pytest.fixture(scope="session")
-def lg_postgres_url(lg_postgres_base: str) -> Iterator[str]:
-    """A fresh schema ``lg_test_<hex>`` for the session, dropped at its end."""
-    schema = f"lg_test_{secrets.token_hex(6)}"
-    yield _with_param(lg_postgres_base, "schema", schema)
+def lg_postgres_urls(lg_postgres_base: str) -> Iterator[dict[str, str]]:
+    """One fresh schema ``lg_test_<hex>`` per store kind for the session (the tests reuse
+    thread ids, so ``postgresql`` and ``dbos+postgresql`` must not share one), dropped at
+    its end."""
+    schemas: dict[str, str] = {}
+    yield schemas
     with psycopg.connect(lg_postgres_base, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
+        for schema in schemas.values():
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
 
 
 @pytest.fixture
@@ -68,5 +71,7 @@ def lg_url(lg_store: str, tmp_path: Path, request: pytest.FixtureRequest) -> str
     prefix = "dbos+" if lg_store.startswith("dbos+") else ""
     if lg_store.removeprefix("dbos+") == "sqlite":
         return f"{prefix}sqlite:///{tmp_path / 'checkpoints.db'}"
-    url: str = request.getfixturevalue("lg_postgres_url")
-    return prefix + url
+    schemas: dict[str, str] = request.getfixturevalue("lg_postgres_urls")
+    schema = schemas.setdefault(lg_store, f"lg_test_{secrets.token_hex(6)}")
+    base: str = request.getfixturevalue("lg_postgres_base")
+    return prefix + _with_param(base, "schema", schema)
