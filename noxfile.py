@@ -18,7 +18,9 @@ import nox
 ROOT = Path(__file__).parent
 UV_RUN = ("uv", "run", "--all-packages", "--all-extras", "--group", "dev")
 LINT_PATHS = ("packages", "tests", "benchmarks", "noxfile.py")
-DEFAULT_STORES = "sqlite,postgresql,dbos+sqlite,dbos+postgresql"
+# The DBOS columns run in `nox -s tests_dbos`; they join this default once they are
+# reliably green (a LangGraph interrupt test is flaky on dbos+sqlite).
+DEFAULT_STORES = "sqlite,postgresql"
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 nox.options.default_venv_backend = "none"
@@ -56,8 +58,8 @@ def types(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """All tests on every column of the matrix (or PERDURE_TEST_STORES): the embedded
-    engine on SQLite and PostgreSQL, and DBOS on a SQLite and a PostgreSQL database."""
+    """All tests on the embedded engine's columns, SQLite and PostgreSQL (or the stores
+    PERDURE_TEST_STORES names, e.g. dbos+sqlite,dbos+postgresql)."""
     _pytest(session, os.environ.get("PERDURE_TEST_STORES", DEFAULT_STORES))
 
 
