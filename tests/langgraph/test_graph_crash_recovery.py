@@ -8,27 +8,18 @@ all. Effects are counted by the receiver, outside both processes.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from typing import Any
 
 from perdure import EventKind, RunStatus
-from perdure.testing import Processes, Receiver, wait_for_status
+from perdure.testing import (
+    Processes,
+    Receiver,
+    wait_for_status,
+    wait_for_step,
+)
 
 STOPPED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.NEEDS_ATTENTION)
-
-
-def completed(history: list[Any]) -> list[str]:
-    return [e.step_key for e in history if e.kind is EventKind.STEP_COMPLETED]
-
-
-async def wait_for_step(backend: Any, run_id: str, name: str, timeout: float = 60) -> None:
-    """Poll the thread's history until a step called ``name`` is recorded."""
-    deadline = time.monotonic() + timeout
-    while not any(k.endswith(f":{name}") for k in completed(await backend.history(run_id))):
-        assert time.monotonic() < deadline, f"{name} not recorded in {run_id}"
-        await asyncio.sleep(0.02)
 
 
 async def test_sigkill_inside_nodes_and_between_supersteps_then_a_worker_resumes(
@@ -58,7 +49,7 @@ async def test_sigkill_inside_nodes_and_between_supersteps_then_a_worker_resumes
     )
     for hold in holds.values():
         receiver.wait_held(hold)
-    await wait_for_step(perdure_backend, "g-para", "para_b")
+    await wait_for_step(perdure_backend, "g-para", lambda key: key.endswith(":para_b"))
     driver.kill()
     holds["between"].drop()
     holds["parallel"].drop()

@@ -8,31 +8,23 @@ all. Model calls and effects are counted by the receiver, outside both processes
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from typing import Any
 
 import agent_scenarios as sc
 import pytest
 
 from perdure import EventKind, RunStatus
-from perdure.testing import Processes, Receiver, wait_for_status
+from perdure.testing import (
+    Processes,
+    Receiver,
+    completed_steps,
+    wait_for_status,
+    wait_for_step,
+)
 from perdure_openai_agents import DurableRunner, PerdureSession
 
 STOPPED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.NEEDS_ATTENTION)
-
-
-def completed(history: list[Any]) -> list[str]:
-    return [e.step_key for e in history if e.kind is EventKind.STEP_COMPLETED]
-
-
-async def wait_for_step(backend: Any, run_id: str, step_key: str, timeout: float = 60) -> None:
-    """Poll the run's history until ``step_key`` is recorded."""
-    deadline = time.monotonic() + timeout
-    while step_key not in completed(await backend.history(run_id)):
-        assert time.monotonic() < deadline, f"{step_key} not recorded in {run_id}"
-        await asyncio.sleep(0.02)
 
 
 async def test_sigkill_at_each_boundary_then_a_worker_resumes_without_repeating_work(
@@ -62,7 +54,7 @@ async def test_sigkill_at_each_boundary_then_a_worker_resumes_without_repeating_
     )
     for hold in holds.values():
         receiver.wait_held(hold)
-    await wait_for_step(perdure_backend, "r-para", "1.3.1:tool:para_b")
+    await wait_for_step(perdure_backend, "r-para", "1.3.1:tool:para_b".__eq__)
     driver.kill()
     holds["between"].drop()
     holds["parallel"].drop()
@@ -87,7 +79,7 @@ async def test_sigkill_at_each_boundary_then_a_worker_resumes_without_repeating_
     assert receiver.applied["lookup-A"] == 1
     assert receiver.applied["charge-A"] == 1
     assert receiver.applied["email-A"] == 1
-    assert completed(await perdure_backend.history("r-between")) == [
+    assert completed_steps(await perdure_backend.history("r-between")) == [
         "1.1:model",
         "1.2.1:tool:lookup",
         "2:model",
@@ -123,7 +115,7 @@ async def test_sigkill_at_each_boundary_then_a_worker_resumes_without_repeating_
     assert receiver.applied["para_b-D"] == 1
     assert receiver.applied["para_a-D"] == 1
     assert receiver.requests["model-D"] == 3
-    steps = completed(await perdure_backend.history("r-para"))
+    steps = completed_steps(await perdure_backend.history("r-para"))
     assert sorted(steps[1:3]) == ["1.2.1:tool:para_a", "1.3.1:tool:para_b"]
     assert steps[0] == "1.1:model" and steps[3:] == ["2:model", "3.1:tool:lookup", "4:model"]
 
@@ -198,7 +190,7 @@ async def test_approval_survives_process_exit_and_a_changed_agent_is_refused(
     assert info.attention["step_key"] == "1.1:model"
     assert "audit" in info.attention["message"]
     assert receiver.applied["refund-F"] == 0
-    assert completed(await perdure_backend.history("r-changed")) == [
+    assert completed_steps(await perdure_backend.history("r-changed")) == [
         "1.1:model",
         "1.2.1:tool:lookup",
         "2:model",

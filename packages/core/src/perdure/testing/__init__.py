@@ -9,14 +9,42 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 
 from perdure.backend import Backend
-from perdure.records import RunInfo, RunStatus
+from perdure.records import Event, EventKind, RunInfo, RunStatus
 from perdure.testing.processes import Process, Processes
 from perdure.testing.receivers import Receiver, post
 
-__all__ = ["Process", "Processes", "Receiver", "post", "wait_for_status"]
+__all__ = [
+    "Process",
+    "Processes",
+    "Receiver",
+    "completed_steps",
+    "post",
+    "wait_for_status",
+    "wait_for_step",
+]
+
+
+def completed_steps(history: Sequence[Event]) -> list[str]:
+    """Keys of the completed steps in ``history``, in order."""
+    return [e.step_key or "" for e in history if e.kind is EventKind.STEP_COMPLETED]
+
+
+async def wait_for_step(
+    backend: Backend, run_id: str, match: Callable[[str], bool], *, timeout: float = 60.0
+) -> str:
+    """Poll the run's history until a completed step whose key satisfies ``match`` is
+    recorded (another process is driving it); return that key."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for key in completed_steps(await backend.history(run_id)):
+            if match(key):
+                return key
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no matching step recorded in run {run_id!r} after {timeout}s")
+        await asyncio.sleep(0.02)
 
 
 async def wait_for_status(
