@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Generator
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 from dbos import DBOS
@@ -28,6 +27,7 @@ from perdure.errors import (
     SignalTimeoutError,
     StepFailedError,
 )
+from perdure.positions import KEYED_PREFIX, Compensation, Positions
 from perdure.serialization import from_jsonable, to_jsonable
 from perdure.steps import call_plain
 from perdure_dbos._serializer import CorruptValueError
@@ -68,29 +68,6 @@ class Cancelled(BaseException):
     """Unwinds the workflow when the run was cancelled; compensation follows."""
 
 
-@dataclass(slots=True)
-class _Scope:
-    """Step positions of one asyncio task: ``<prefix><n>`` (as the embedded engine)."""
-
-    prefix: str
-    task: asyncio.Task[Any] | None
-    counter: int = 0
-
-    def next(self) -> str:
-        self.counter += 1
-        return f"{self.prefix}{self.counter}"
-
-
-_scope: ContextVar[_Scope | None] = ContextVar("perdure_dbos_scope", default=None)
-
-
-@dataclass(slots=True)
-class Compensation:
-    key: str
-    fn: Callable[[Any], Any]
-    result: Any
-
-
 def error_info(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": str(exc)}
 
@@ -102,7 +79,7 @@ class DbosRunContext:
         self._run_id = run_id
         self._url = url
         self.marks = marks
-        self.root = _Scope("", None)
+        self.positions = Positions()
         self.compensations: list[Compensation] = []
         self.cancelling = False
         self.broken: DeterminismError | CorruptHistoryError | None = None
@@ -124,8 +101,8 @@ class DbosRunContext:
         notify()
 
     def enter(self) -> None:
-        self.task = self.root.task = asyncio.current_task()
-        _scope.set(self.root)
+        self.task = asyncio.current_task()
+        self.positions.enter()
 
     def woken(self, topic: str) -> None:
         """A message on ``topic`` was just sent to this run: if it waits for it, it is
@@ -146,28 +123,17 @@ class DbosRunContext:
         failed = self._fail(error)
         return failed if isinstance(failed, DeterminismError) else error
 
-    @contextlib.contextmanager
-    def keyed(self, key: str) -> Generator[None]:
+    def keyed(self, key: str) -> AbstractContextManager[None]:
         """Steps inside are journaled by ``key`` in perdure's own table, not by DBOS step
         id: a framework may re-enter this code with earlier steps skipped."""
-        scope = _Scope(f"~{key.replace(':', '|')}/", asyncio.current_task())
-        token = _scope.set(scope)
-        try:
-            yield
-        finally:
-            _scope.reset(token)
+        return self.positions.keyed(key)
 
     # -- positions and DBOS calls ----------------------------------------------------
 
     def _position(self) -> str:
         if self.broken is not None:
             raise self.broken
-        scope = _scope.get() or self.root
-        task = asyncio.current_task()
-        if scope.task is not task:
-            scope = _Scope(f"{scope.next()}.", task)
-            _scope.set(scope)
-        return scope.next()
+        return self.positions.next()
 
     def _fail(
         self, exc: DeterminismError | CorruptHistoryError
@@ -240,7 +206,7 @@ class DbosRunContext:
         self, spec: StepSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         key = f"{self._position()}:{spec.name}"
-        if key.startswith("~"):
+        if key.startswith(KEYED_PREFIX):
             return await self._keyed_step(key, spec, fn, args, kwargs)
         non_idempotent = spec.kind == "effect" and not spec.idempotent_receiver
         attempt = 1

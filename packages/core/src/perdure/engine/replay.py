@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Callable, Generator
-from contextvars import ContextVar
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +19,7 @@ from perdure.errors import (
     SignalTimeoutError,
     StepFailedError,
 )
+from perdure.positions import KEYED_PREFIX, Compensation, Positions
 from perdure.records import POSITIONAL_KINDS, Event, EventKind, NewEvent, RunStatus
 from perdure.serialization import from_jsonable, to_jsonable
 from perdure.steps import call_plain
@@ -43,29 +43,6 @@ class Interrupt(BaseException):
 
 class Cancelled(BaseException):
     """Unwinds the workflow when the run was cancelled; compensation follows."""
-
-
-@dataclass(slots=True)
-class _Scope:
-    """Step positions of one asyncio task: ``<prefix><n>``."""
-
-    prefix: str
-    task: asyncio.Task[Any] | None
-    counter: int = 0
-
-    def next(self) -> str:
-        self.counter += 1
-        return f"{self.prefix}{self.counter}"
-
-
-_scope: ContextVar[_Scope | None] = ContextVar("perdure_scope", default=None)
-
-
-@dataclass(slots=True)
-class _Compensation:
-    key: str
-    fn: Callable[[Any], Any]
-    result: Any
 
 
 @dataclass(slots=True)
@@ -113,16 +90,15 @@ class EmbeddedRunContext:
         self._history = _History.index(history)
         self._consumed: set[str] = set()
         self._pending: list[NewEvent] = []  # replay-only facts flushed with the next write
-        self.compensations: list[_Compensation] = []
-        self.root = _Scope("", None)
+        self.compensations: list[Compensation] = []
+        self.positions = Positions()
         #: Set once replay disagreed with the history or the lease was lost. The drive
         #: is over even if the workflow's own ``except Exception`` swallowed the error.
         self.broken: DeterminismError | LeaseLostError | None = None
 
     def enter(self) -> None:
         """Bind the root position scope to the task about to run the workflow."""
-        self.root.task = asyncio.current_task()
-        _scope.set(self.root)
+        self.positions.enter()
 
     def _fail(self, exc: DeterminismError | LeaseLostError) -> DeterminismError | LeaseLostError:
         if self.broken is None:
@@ -146,14 +122,7 @@ class EmbeddedRunContext:
     def _position(self) -> str:
         if self.broken is not None:
             raise self.broken
-        scope = _scope.get() or self.root
-        task = asyncio.current_task()
-        if scope.task is not task:
-            # First step of a task spawned by the workflow (asyncio.gather, create_task):
-            # it takes the next position of its parent and numbers its own steps below.
-            scope = _Scope(f"{scope.next()}.", task)
-            _scope.set(scope)
-        return scope.next()
+        return self.positions.next()
 
     def _recorded(self, position: str, key: str, kinds: tuple[EventKind, ...]) -> Event | None:
         ev = self._history.positional.get(position)
@@ -178,7 +147,9 @@ class EmbeddedRunContext:
         """The workflow finished: every recorded step must have been reached."""
         # Keyed steps ("~...") belong to code a framework may skip on resume.
         left = sorted(
-            p for p in set(self._history.positional) - self._consumed if not p.startswith("~")
+            p
+            for p in set(self._history.positional) - self._consumed
+            if not p.startswith(KEYED_PREFIX)
         )
         if left:
             ev = self._history.positional[left[0]]
@@ -241,18 +212,11 @@ class EmbeddedRunContext:
     def idempotency_key(self) -> str:
         return f"{self.run_id}:{current_step_key.get()}"
 
-    @contextlib.contextmanager
-    def keyed(self, key: str) -> Generator[None]:
-        scope = _Scope(f"~{key.replace(':', '|')}/", asyncio.current_task())
-        token = _scope.set(scope)
-        try:
-            yield
-        finally:
-            _scope.reset(token)
+    def keyed(self, key: str) -> AbstractContextManager[None]:
+        return self.positions.keyed(key)
 
     def patched(self, marker: str) -> bool:
-        scope = _scope.get() or self.root
-        position = f"{scope.prefix}{scope.counter + 1}"
+        position = self.positions.peek()
         key = f"{position}:patch:{marker}"
         ev = self._history.positional.get(position)
         if ev is not None:
@@ -284,7 +248,7 @@ class EmbeddedRunContext:
                 )
             result = from_jsonable(data.get("result"), f"run {self.run_id!r} step {key!r}")
             if spec.compensate is not None:
-                self.compensations.append(_Compensation(key, spec.compensate, result))
+                self.compensations.append(Compensation(key, spec.compensate, result))
             return result
 
         self._check_cancel()
@@ -345,7 +309,7 @@ class EmbeddedRunContext:
                 raise StepFailedError(key, attempt, info["type"], info["message"]) from exc
             if spec.compensate is not None:
                 # Before the write: a cancellation seen by that write must compensate it.
-                self.compensations.append(_Compensation(key, spec.compensate, result))
+                self.compensations.append(Compensation(key, spec.compensate, result))
             await self.write(
                 NewEvent(
                     EventKind.STEP_COMPLETED,
