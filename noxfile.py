@@ -18,9 +18,7 @@ import nox
 ROOT = Path(__file__).parent
 UV_RUN = ("uv", "run", "--all-packages", "--all-extras", "--group", "dev")
 LINT_PATHS = ("packages", "tests", "benchmarks", "noxfile.py")
-# The DBOS columns run in `nox -s tests_dbos`; they join this default once they are
-# reliably green (a LangGraph interrupt test is flaky on dbos+sqlite).
-DEFAULT_STORES = "sqlite,postgresql"
+DEFAULT_STORES = "sqlite,postgresql,dbos+sqlite,dbos+postgresql"
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 nox.options.default_venv_backend = "none"
@@ -58,8 +56,8 @@ def types(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """All tests on the embedded engine's columns, SQLite and PostgreSQL (or the stores
-    PERDURE_TEST_STORES names, e.g. dbos+sqlite,dbos+postgresql)."""
+    """All tests on every column of the matrix (or the stores PERDURE_TEST_STORES
+    names, e.g. sqlite,postgresql)."""
     _pytest(session, os.environ.get("PERDURE_TEST_STORES", DEFAULT_STORES))
 
 

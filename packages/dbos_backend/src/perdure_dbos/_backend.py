@@ -371,6 +371,7 @@ class DbosBackend(Backend):
         message = {"payload": data, "sent_by": by, "sent_at": time.time()}
         await DBOS.send_async(run_id, message, topic=name)
         woken(run_id, name)
+        await asyncio.to_thread(runtime().marks.take_signal, run_id, name)
 
     async def cancel(self, run_id: str) -> RunInfo:
         info = await self.get_run(run_id)
@@ -529,17 +530,10 @@ def _claim(run_id: str, dead: str, me: str) -> bool:
     return True
 
 
-def message_pending(run_id: str, topic: str) -> bool:
-    """Whether a message on ``topic`` waits, unconsumed, for ``run_id``."""
+def inbox() -> sa.Table:
+    """DBOS's notifications table (messages sent to workflows)."""
     sys_db = _get_dbos_instance()._sys_db  # pyright: ignore[reportPrivateUsage]
-    n = sys_db.tables.notifications
-    query = (
-        sa.select(n.c.message_uuid)
-        .where(n.c.destination_uuid == run_id, n.c.topic == topic, n.c.consumed.is_(False))
-        .limit(1)
-    )
-    with sys_db.engine.connect() as conn:
-        return conn.execute(query).first() is not None
+    return cast(sa.Table, sys_db.tables.notifications)
 
 
 def recorded_at(run_id: str, function_id: int) -> bool:

@@ -429,10 +429,16 @@ class DbosRunContext:
             if data.get(CANCEL_KEY):
                 raise Cancelled()
             return from_jsonable(data.get("payload"), f"run {self.run_id!r} signal {key!r}")
-        await self._set(waiting_for=name, wake_at=env.get("deadline"), details=shown)
-        from perdure_dbos._backend import message_pending
+        from perdure_dbos._backend import inbox
 
-        if not await asyncio.to_thread(message_pending, self.run_id, name):
+        if await asyncio.to_thread(
+            self.marks.suspend,
+            self.run_id,
+            name,
+            wake_at=env.get("deadline"),
+            details=shown,
+            inbox=inbox(),
+        ):
             self.waiting_on = name
             self.state = "waiting"  # a signal sent before the wait is taken without stopping
         if not self.cancelling and await self._cancel_requested(fresh=True):

@@ -126,6 +126,48 @@ class Marks:
         with self.engine.begin() as c:
             c.execute(sa.update(self.table).where(self.table.c.run_id == run_id).values(**values))
 
+    def suspend(
+        self,
+        run_id: str,
+        topic: str,
+        *,
+        wake_at: float | None,
+        details: dict[str, Any] | None,
+        inbox: sa.Table,
+    ) -> bool:
+        """Show the run as waiting for ``topic`` unless a message on it already waits in
+        DBOS's ``inbox`` (its notifications table); one statement, so a sender that
+        delivers and then calls ``take_signal`` never leaves a stale wait behind."""
+        t = self.table
+        pending = (
+            sa.select(inbox.c.message_uuid)
+            .where(
+                inbox.c.destination_uuid == run_id,
+                inbox.c.topic == topic,
+                inbox.c.consumed.is_(False),
+            )
+            .exists()
+        )
+        values: dict[str, Any] = {
+            "waiting_for": topic,
+            "wake_at": wake_at,
+            "details": json.dumps(details) if details is not None else None,
+            "updated_at": time.time(),
+        }
+        with self.engine.begin() as c:
+            done = c.execute(sa.update(t).where(t.c.run_id == run_id, ~pending).values(**values))
+        return done.rowcount > 0
+
+    def take_signal(self, run_id: str, topic: str) -> None:
+        """A message on ``topic`` was delivered: the run no longer waits for it."""
+        t = self.table
+        with self.engine.begin() as c:
+            c.execute(
+                sa.update(t)
+                .where(t.c.run_id == run_id, t.c.waiting_for == topic)
+                .values(waiting_for=None, wake_at=None, details=None, updated_at=time.time())
+            )
+
     def get(self, run_id: str) -> Mark | None:
         with self.engine.connect() as c:
             row = c.execute(sa.select(self.table).where(self.table.c.run_id == run_id)).first()
