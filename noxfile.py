@@ -81,7 +81,8 @@ def tests_dbos(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def bench(session: nox.Session) -> None:
-    """The side-by-side benchmarks (python -m benchmarks)."""
+    """The side-by-side benchmarks (python -m benchmarks): writes benchmarks/RESULTS.md.
+    `nox -s bench -- --quick` for a smoke run with small counts."""
     _run(session, "python", "-m", "benchmarks", *session.posargs)
 
 

@@ -1,11 +1,13 @@
 """Per-turn overhead of ``DurableRunner`` against the plain Agents SDK ``Runner``.
 
-    uv run python -m benchmarks.agents_turns [--turns 20] [--repeat 5]
+    uv run python -m benchmarks.agents_turns [--repeat 5] [--json PATH]
 
 One agent, a deterministic model (``ConversationModel``: no network, no latency) that
 calls a tool on each of ``turns`` turns and then answers. The same run under plain
 ``Runner.run`` and under ``DurableRunner.run`` on SQLite and PostgreSQL; the overhead
-per turn (one model step plus one tool step) is reported in µs and as a ratio.
+per turn (one model step plus one tool step) is reported in µs and as a ratio. The three
+runners are interleaved round by round; the ratio is taken within each round.
+(``PERDURE_BENCH_TURNS`` sets the number of turns, default 20.)
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import uuid
 import psycopg
 from agents import Agent, Runner, function_tool
 
+from benchmarks._results import Figure, add_json_argument, write_json
 from perdure.registry import open_backend
 from perdure_openai_agents import DurableRunner
 from perdure_openai_agents.testing import Conversation, ConversationModel, Reply, tool_call
@@ -69,38 +72,60 @@ async def durable(url: str) -> float:
     return elapsed
 
 
-async def main(times: int) -> None:
+async def main(times: int) -> list[Figure]:
+    """Print the table; return the figures."""
     tmp = tempfile.mkdtemp(prefix="perdure-bench-")
     schema = f"perdure_bench_{uuid.uuid4().hex[:8]}"
     urls = {
         "sqlite": f"sqlite:///{tmp}/agents.db",
         "postgresql": f"{PG_BASE}{'&' if '?' in PG_BASE else '?'}schema={schema}",
     }
-    await plain()  # warm imports and caches
+    base: list[float] = []
+    runs: dict[str, list[float]] = {name: [] for name in urls}
     try:
-        base = [await plain() for _ in range(times)]
-        b = statistics.median(base)
-        print(f"\n{TURNS}-turn tool-calling run, median of {times} (turn = model call + tool)\n")
-        print(f"{'runner':28} {'run':>10} {'per turn':>10} {'overhead/turn':>14} {'ratio':>7}")
-        print(
-            f"{'Runner (plain)':28} {b * 1e3:>8.1f}ms {b / TURNS * 1e6:>8.0f}µs "
-            f"{'-':>14} {1:>6.2f}x"
-        )
-        for name, url in urls.items():
+        await plain()  # warm imports and caches
+        for url in urls.values():
             await durable(url)
-            runs = [await durable(url) for _ in range(times)]
-            d = statistics.median(runs)
-            print(
-                f"{'DurableRunner on ' + name:28} {d * 1e3:>8.1f}ms {d / TURNS * 1e6:>8.0f}µs "
-                f"{(d - b) / TURNS * 1e6:>12.0f}µs {d / b:>6.2f}x"
-            )
+        for _ in range(times):
+            base.append(await plain())
+            for name, url in urls.items():
+                runs[name].append(await durable(url))
     finally:
         with psycopg.connect(PG_BASE, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    b = statistics.median(base)
+    print(f"\n{TURNS}-turn tool-calling run, median of {times} (turn = model call + tool)\n")
+    print(f"{'runner':28} {'run':>10} {'per turn':>10} {'overhead/turn':>14} {'ratio':>7}")
+    print(f"{'Runner (plain)':28} {b * 1e3:>8.1f}ms {b / TURNS * 1e6:>8.0f}µs {'-':>14} {1:>6.2f}x")
+    figures: list[Figure] = []
+    for name, samples in runs.items():
+        d = statistics.median(samples)
+        print(
+            f"{'DurableRunner on ' + name:28} {d * 1e3:>8.1f}ms {d / TURNS * 1e6:>8.0f}µs "
+            f"{(d - b) / TURNS * 1e6:>12.0f}µs {d / b:>6.2f}x"
+        )
+        figures.append(
+            Figure(
+                f"agents.turn.{name}",
+                "Agents SDK per-turn",
+                f"DurableRunner on {name}",
+                "µs/turn",
+                [x / TURNS * 1e6 for x in samples],
+                anchor="plain Runner",
+                anchor_samples=[x / TURNS * 1e6 for x in base],
+                settings=(
+                    f"{TURNS} turns (model call + tool call) per run, deterministic model, "
+                    f"no network; overhead/turn {(d - b) / TURNS * 1e6:.0f} µs"
+                ),
+            )
+        )
+    return figures
 
 
 if __name__ == "__main__":
     os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
-    asyncio.run(main(parser.parse_args().repeat))
+    add_json_argument(parser)
+    ns = parser.parse_args()
+    write_json(ns.json, asyncio.run(main(ns.repeat)))

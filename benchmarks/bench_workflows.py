@@ -44,3 +44,38 @@ async def recovery(history: int, gate_path: str, marker_path: str) -> float:
     for i in range(history):
         await tick(i)
     return await gate(gate_path, marker_path)
+
+
+@perdure.step
+async def model_call(i: int, latency: float) -> int:
+    """An I/O-bound step: ``latency`` seconds of simulated model latency."""
+    await asyncio.sleep(latency)
+    return i
+
+
+@perdure.workflow(name="bench_io")
+async def io_run(steps: int, latency: float) -> int:
+    """``steps`` I/O-bound steps, one after the other."""
+    total = 0
+    for i in range(steps):
+        total += await model_call(i, latency)
+    return total
+
+
+#: perf_counter() at the end of each ``stamped_tick`` (read by benchmarks.scale).
+STAMPS: list[float] = []
+
+
+@perdure.step
+async def stamped_tick(i: int) -> int:
+    STAMPS.append(time.perf_counter())
+    return i
+
+
+@perdure.workflow(name="bench_stamped")
+async def stamped(n: int) -> int:
+    """``n`` trivial steps, each stamping the time it ran."""
+    total = 0
+    for i in range(n):
+        total += await stamped_tick(i)
+    return total

@@ -1,6 +1,6 @@
 """Per-step overhead and recovery latency of the embedded engine, next to its anchors.
 
-    uv run python -m benchmarks.engine_steps [--steps 1000] [--repeat 5]
+    uv run python -m benchmarks.engine_steps [--steps 1000] [--repeat 5] [--json PATH]
 
 For each store, in one run: a bare single-row INSERT+commit on the same database (the
 floor any durable step pays), perdure's per-step cost, their ratio, and the number of
@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 
 from benchmarks import bench_workflows
+from benchmarks._results import Figure, Target, add_json_argument, write_json
 from perdure.engine.backend import EmbeddedBackend
 from perdure.registry import open_backend
 
@@ -183,7 +184,17 @@ async def repeat(fn: Callable[[], Coroutine[Any, Any, float]], times: int) -> li
     return [await fn() for _ in range(times)]
 
 
-async def main(n: int, times: int, *, recovery_too: bool = True) -> None:
+#: DESIGN.md: "PostgreSQL within 1.3x of a bare single-row insert+commit".
+PG_TARGET = Target("ratio", 1.3, "<= 1.3x bare insert+commit")
+RECOVERY_TARGET = Target("value", 100.0, "< 100 ms")
+REPLAY_TARGET = Target("value", 50.0, "< 50 ms")
+
+
+async def main(
+    n: int, times: int, *, recovery_too: bool = True, histories: tuple[int, ...] = (10, 1000)
+) -> list[Figure]:
+    """Print the tables; return the figures."""
+    figures: list[Figure] = []
     tmp = Path(tempfile.mkdtemp(prefix="perdure-bench-"))
     schema = f"perdure_bench_{uuid.uuid4().hex[:8]}"
     pg_url = f"{PG_BASE}{'&' if '?' in PG_BASE else '?'}schema={schema}"
@@ -219,17 +230,67 @@ async def main(n: int, times: int, *, recovery_too: bool = True) -> None:
             bare_col = f"{b * 1e6:.1f} ±{bs * 1e6:.1f}µs"
             ours_col = f"{o * 1e6:.1f} ±{os_ * 1e6:.1f}µs"
             print(f"{label:40} {bare_col:>20} {ours_col:>14} {o / b:>6.2f}x {writes:>11.3f}")
+            store = label.split(" (")[0] if sync is None else f"sqlite {sync.upper()}"
+            figures.append(
+                Figure(
+                    f"per_step.bare.{store.replace(' ', '_')}",
+                    "per-step overhead",
+                    f"perdure embedded, {store}",
+                    "µs/step",
+                    [x * 1e6 for x in ours],
+                    anchor=f"bare insert+commit, {store}",
+                    anchor_samples=[x * 1e6 for x in bare],
+                    settings=(
+                        f"{n} trivial steps/run; {label}; {writes:.3f} writes/step; "
+                        f"plain call {plain * 1e6:.1f} µs/step"
+                    ),
+                    target=PG_TARGET if sync is None else None,
+                )
+            )
         if not recovery_too:
-            return
+            return figures
         print(f"\nrecovery after SIGKILL: worker start → first resumed step (median of {times})\n")
         head = f"{'store':40} {'history':>8} {'in-process serve()':>20}"
         print(f"{head} {'`perdure worker` process':>26}")
-        for label, url, _ in stores:
-            for history in (10, 1000):
+        for label, url, sync in stores:
+            store = "postgresql" if sync is None else f"sqlite {sync.upper()}"
+            for history in histories:
                 pairs = [await recovery(url, history, tmp) for _ in range(times)]
                 inproc = statistics.median(p[0] for p in pairs)
                 cli = statistics.median(p[1] for p in pairs)
                 print(f"{label:40} {history:>8} {inproc * 1e3:>17.1f} ms {cli * 1e3:>23.1f} ms")
+                key = store.replace(" ", "_")
+                figures.append(
+                    Figure(
+                        f"recovery.serve.{key}.h{history}",
+                        "recovery",
+                        (
+                            f"replay of a {history}-step history: serve() start -> first "
+                            f"new step, {store}"
+                            if history >= 1000
+                            else f"in-process serve() start -> first resumed step, {store}, "
+                            f"{history}-step history"
+                        ),
+                        "ms",
+                        [p[0] * 1e3 for p in pairs],
+                        settings="SIGKILLed driver; store opened before the clock starts",
+                        target=REPLAY_TARGET if history >= 1000 else RECOVERY_TARGET,
+                        params={"history": history, "store": store},
+                    )
+                )
+                figures.append(
+                    Figure(
+                        f"recovery.cli.{key}.h{history}",
+                        "recovery",
+                        f"`perdure worker` spawn -> first resumed step, {store}, "
+                        f"{history}-step history",
+                        "ms",
+                        [p[1] * 1e3 for p in pairs],
+                        settings="process spawn, interpreter start and imports included",
+                        params={"history": history, "store": store},
+                    )
+                )
+        return figures
     finally:
         with psycopg.connect(PG_BASE, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
@@ -240,5 +301,11 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-recovery", action="store_true", help="per-step figures only")
+    parser.add_argument(
+        "--histories", default="10,1000", help="recovery history lengths (default 10,1000)"
+    )
+    add_json_argument(parser)
     ns = parser.parse_args()
-    asyncio.run(main(ns.steps, ns.repeat, recovery_too=not ns.no_recovery))
+    hist = tuple(int(h) for h in ns.histories.split(","))
+    found = asyncio.run(main(ns.steps, ns.repeat, recovery_too=not ns.no_recovery, histories=hist))
+    write_json(ns.json, found)

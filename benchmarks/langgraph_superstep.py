@@ -6,7 +6,7 @@ A 50-node linear ``StateGraph`` (each node sets one small key) is invoked with
 SqliteSaver's default, and our default ``NORMAL``) and on PostgreSQL. Configurations are
 interleaved round by round so that drifting disk latency hits all of them alike.
 
-    python benchmarks/langgraph_superstep.py [--reps 20] [--no-postgres]
+    python benchmarks/langgraph_superstep.py [--reps 20] [--no-postgres] [--json PATH]
 
 Per-superstep overhead = (median invoke time with the saver - median without one) / 50.
 PostgreSQL: ``PERDURE_BENCH_POSTGRES_URL``, else ``PERDURE_TEST_POSTGRES_URL``, else
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
 import sqlite3
 import statistics
@@ -36,6 +37,9 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 from perdure_langgraph import PerdureSaver
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
+from benchmarks._results import Figure, Target, add_json_argument, write_json
 
 NODES = 50
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -175,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=20, help="rounds (default 20)")
     parser.add_argument("--warmup", type=int, default=2, help="warm-up rounds (default 2)")
     parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL savers")
+    add_json_argument(parser)
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=UserWarning)
     builder = build_graph()
@@ -192,7 +197,74 @@ def main(argv: list[str] | None = None) -> int:
             print(".", end="", flush=True, file=sys.stderr)
         print(file=sys.stderr)
         report(configs, args.reps)
+        write_json(args.json, figures(configs))
     return 0
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "_", text.lower()).strip("_")
+
+
+def figures(configs: list[Config]) -> list[Figure]:
+    """The figures: per-superstep overhead over no checkpointer, round by round, ours
+    against each reference saver (ratio of the overheads, paired within a round)."""
+    base = configs[0]
+    by_name = {c.name: c for c in configs}
+
+    def overhead(c: Config) -> list[float]:
+        return [(t - b) / NODES * 1e3 for t, b in zip(c.times, base.times, strict=True)]
+
+    target = Target("ratio", TARGET, f"<= {TARGET}x")
+    pairs = [
+        ("PerdureSaver sqlite FULL", "SqliteSaver", True, "synchronous=FULL on both"),
+        ("PerdureSaver sqlite NORMAL", "SqliteSaver (NORMAL)", True, "synchronous=NORMAL on both"),
+        (
+            "PerdureSaver sqlite NORMAL",
+            "SqliteSaver",
+            False,
+            "unequal: our default NORMAL vs SqliteSaver's default FULL",
+        ),
+        ("PerdureSaver postgresql", "PostgresSaver", True, "equal settings"),
+        ("PerdureSaver sqlite NORMAL", "InMemorySaver", False, "durable vs in-memory"),
+        ("PerdureSaver postgresql", "InMemorySaver", False, "durable vs in-memory"),
+    ]
+    out: list[Figure] = []
+    for ours, theirs, equal, label in pairs:
+        if ours not in by_name or theirs not in by_name:
+            continue
+        o, t = by_name[ours], by_name[theirs]
+        out.append(
+            Figure(
+                _slug(f"langgraph.{ours}.vs.{theirs}"),
+                "LangGraph per-superstep",
+                f"{ours} overhead",
+                "ms/superstep",
+                overhead(o),
+                anchor=f"{theirs} overhead",
+                anchor_samples=overhead(t),
+                settings=(
+                    f"{NODES}-node linear graph, durability='sync', {label}; "
+                    f"ours: {o.settings}; theirs: {t.settings}; overhead = invoke time "
+                    "minus the same round's no-checkpointer invoke, / supersteps"
+                ),
+                target=target if equal else None,
+            )
+        )
+    for c in configs[1:]:
+        if c.name.startswith("PerdureSaver"):
+            out.append(
+                Figure(
+                    _slug(f"langgraph.{c.name}.vs.none"),
+                    "LangGraph per-superstep",
+                    f"{c.name} invoke",
+                    "ms/superstep",
+                    [t / NODES * 1e3 for t in c.times],
+                    anchor="no checkpointer invoke",
+                    anchor_samples=[t / NODES * 1e3 for t in base.times],
+                    settings=f"{NODES}-node linear graph, durability='sync'; {c.settings}",
+                )
+            )
+    return out
 
 
 def report(configs: list[Config], reps: int) -> None:
