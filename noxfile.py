@@ -10,7 +10,11 @@ Every session runs inside the one locked uv environment (`.venv`, from `uv.lock`
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import nox
@@ -29,6 +33,31 @@ def _run(session: nox.Session, *args: str, env: dict[str, str] | None = None) ->
     session.run(*UV_RUN, *args, env=env, external=True)
 
 
+@contextlib.contextmanager
+def _temporal_dev_server(session: nox.Session) -> Iterator[str]:
+    """One real Temporal dev server for the whole test session (every xdist worker
+    and every subprocess of a test talk to it); yields its ``host:port``."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [*UV_RUN, "python", "-m", "perdure_temporal.devserver", "--port", str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if "Temporal dev server" not in line:
+            session.error(f"the Temporal dev server did not start: {line!r}")
+        session.log(line.strip())
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
 def _pytest(session: nox.Session, stores: str) -> None:
     env = {
         "PERDURE_TEST_STORES": stores,
@@ -37,7 +66,10 @@ def _pytest(session: nox.Session, stores: str) -> None:
         ),
     }
     args = session.posargs or ["-n", "2"]
-    _run(session, "pytest", *args, env=env)
+    with contextlib.ExitStack() as stack:
+        if "temporal" in stores.split(",") and not os.environ.get("PERDURE_TEST_TEMPORAL"):
+            env["PERDURE_TEST_TEMPORAL"] = stack.enter_context(_temporal_dev_server(session))
+        _run(session, "pytest", *args, env=env)
 
 
 @nox.session(python=False)
@@ -71,6 +103,12 @@ def tests_sqlite(session: nox.Session) -> None:
 def tests_postgresql(session: nox.Session) -> None:
     """All tests, store matrix restricted to PostgreSQL."""
     _pytest(session, "postgresql")
+
+
+@nox.session(python=False)
+def tests_temporal(session: nox.Session) -> None:
+    """All tests, store matrix restricted to Temporal (one dev server for the session)."""
+    _pytest(session, "temporal")
 
 
 @nox.session(python=False)

@@ -1,18 +1,52 @@
-"""perdure backend on a Temporal server (not implemented yet).
+"""perdure backend on a Temporal cluster: ``temporal://host:7233/namespace?task_queue=...``.
 
-``temporal://`` URLs reach ``open_backend``, which says so plainly instead of letting
-the URL look unknown.
+Each run is a ``perdure.run`` Temporal workflow holding the run's history; perdure's
+engine drives the agent in whichever worker holds the run's lease and records each
+step as one fenced Temporal update. See ``store.py`` and ``journal.py``.
 """
 
-from perdure.backend import Backend
-from perdure.errors import ConfigurationError
+from __future__ import annotations
 
-__all__ = ["open_backend"]
+from collections.abc import Sequence
+
+from perdure.engine.backend import EmbeddedBackend
+from perdure.engine.owners import owner_is_dead
+from perdure.errors import RunNotFoundError
+from perdure.records import RunStatus
+from perdure_temporal.store import TemporalStore
+from perdure_temporal.url import TemporalUrl
+
+__all__ = ["TemporalBackend", "TemporalStore", "TemporalUrl", "open_backend"]
 
 
-def open_backend(url: str) -> Backend:
-    """Refuse ``url`` with the reason: the Temporal backend has not landed yet."""
-    raise ConfigurationError(
-        f"{url!r}: the Temporal backend of perdure is not implemented yet; use sqlite:/// "
-        "or postgresql:// meanwhile (the agent code stays the same)"
-    )
+class TemporalBackend(EmbeddedBackend):
+    """perdure's engine with a Temporal cluster as its store."""
+
+    store: TemporalStore
+
+    def __init__(self, store: TemporalStore) -> None:
+        super().__init__(store)
+
+    async def _recover_dead(self, names: Sequence[str]) -> None:
+        # Only runs visibility shows as held: reading every run each poll would not scale.
+        held = await self.store.list_runs(
+            statuses=(RunStatus.RUNNING, RunStatus.PENDING),
+            limit=10_000,
+            candidates="ExecutionStatus = 'Running' AND PerdureStatus IN ('running', 'pending')",
+        )
+        for info in held:
+            if (
+                info.workflow in names
+                and info.owner
+                and info.owner != self.owner
+                and owner_is_dead(info.owner)
+            ):
+                try:
+                    await self._try_take(info)
+                except RunNotFoundError:
+                    pass
+
+
+def open_backend(url: str) -> TemporalBackend:
+    """The engine on the Temporal cluster, namespace and task queue ``url`` names."""
+    return TemporalBackend(TemporalStore(url))

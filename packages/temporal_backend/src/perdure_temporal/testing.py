@@ -1,0 +1,92 @@
+"""The Temporal column of perdure's test matrix (entry-point groups ``perdure.test_stores``
+and ``perdure.test_corrupters``).
+
+One dev server serves a whole test session: the one ``PERDURE_TEST_TEMPORAL`` names
+(``host:port``, started by ``nox``), else one this process starts on first use and
+stops at exit. Every test gets its own task queue and workflow-id prefix, so tests
+never see each other's runs, and its own payload directory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import contextlib
+import os
+import uuid
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+from perdure_temporal.devserver import DevServer
+
+NOT_JSON = b"{not json"
+
+_server: DevServer | None = None
+
+
+def session_target() -> str:
+    """``host:port`` of this test session's dev server, starting it if needed."""
+    global _server
+    shared = os.environ.get("PERDURE_TEST_TEMPORAL")
+    if shared:
+        return shared
+    if _server is None:
+        _server = DevServer().start()
+        atexit.register(_server.stop)
+    return _server.target
+
+
+@contextlib.contextmanager
+def temporal_url(tmp_path: Path) -> Generator[str]:
+    """A fresh task queue and id prefix on the session's dev server. Payloads above 0
+    bytes go aside, so the corrupter reaches every stored value."""
+    tag = uuid.uuid4().hex[:12]
+    payloads = tmp_path / "payloads"
+    yield (
+        f"temporal://{session_target()}/default?task_queue=t-{tag}&id_prefix={tag}-"
+        f"&payloads={payloads}&payload_threshold=0"
+    )
+
+
+def corrupt_event(url: str, run_id: str, seq: int) -> None:
+    """Overwrite the stored-aside data of history event ``seq`` of ``run_id`` with text
+    that is not JSON (Temporal's own history is immutable; what can rot is ours)."""
+    import asyncio
+
+    from temporalio.client import Client
+
+    from perdure_temporal.payloads import DirectoryPayloads
+    from perdure_temporal.url import TemporalUrl
+
+    config = TemporalUrl.parse(url)
+
+    async def find() -> str | None:
+        # Read Temporal's event history itself: no worker needed (the test's own
+        # worker is blocked while this runs), and nothing of ours in between.
+        client = await Client.connect(config.target, namespace=config.namespace)
+        history = await client.get_workflow_handle(f"{config.id_prefix}{run_id}").fetch_history()
+        convert = client.data_converter
+        rows: list[dict[str, Any]] = []
+        for event in history.events:
+            if event.HasField("workflow_execution_started_event_attributes"):
+                [start] = await convert.decode(
+                    event.workflow_execution_started_event_attributes.input.payloads
+                )
+                rows.append(start["event"])
+            elif event.HasField("workflow_execution_update_accepted_event_attributes"):
+                request = event.workflow_execution_update_accepted_event_attributes.accepted_request
+                if request.input.name in ("append", "admin_append"):
+                    [arg] = await convert.decode(request.input.args.payloads)
+                    rows.extend(arg["events"])
+        if seq >= len(rows):
+            raise LookupError(f"{url}: run {run_id!r} has no history event #{seq}")
+        ref: str | None = rows[seq].get("data_ref")
+        return ref
+
+    # Tests call this from inside their event loop: run the lookup on a loop of its own.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        ref = pool.submit(asyncio.run, find()).result()
+    if ref is None:
+        raise LookupError(f"{url}: event #{seq} of {run_id!r} is inline, not stored aside")
+    DirectoryPayloads(config.payloads).path(ref).write_bytes(NOT_JSON)

@@ -1,0 +1,86 @@
+"""``temporal://host:port/namespace?task_queue=...``: what a Temporal URL says."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from perdure.errors import ConfigurationError
+
+DEFAULT_PORT = 7233
+DEFAULT_TASK_QUEUE = "perdure"
+#: Values whose JSON is longer than this many bytes are stored aside (see ``payloads``).
+DEFAULT_PAYLOAD_THRESHOLD = 16 * 1024
+DEFAULT_PAYLOADS = ".perdure/payloads"
+
+_NAME = re.compile(r"^[A-Za-z0-9_.:@/-]+$")
+_KNOWN = {"task_queue", "payloads", "payload_threshold", "id_prefix"}
+
+
+@dataclass(frozen=True, slots=True)
+class TemporalUrl:
+    """A parsed ``temporal://`` URL.
+
+    ``task_queue`` is where this deployment's runs and workers meet; ``id_prefix`` is
+    put before each run id to make its workflow id (several deployments on one
+    namespace); ``payloads`` is the directory large values are stored aside in (shared
+    by every worker host) and ``payload_threshold`` the size in bytes above which they
+    are.
+    """
+
+    url: str
+    target: str
+    namespace: str
+    task_queue: str
+    id_prefix: str
+    payloads: Path
+    payload_threshold: int
+
+    @classmethod
+    def parse(cls, url: str) -> TemporalUrl:
+        parts = urlsplit(url)
+        if parts.scheme != "temporal":
+            raise ConfigurationError(f"not a temporal:// URL: {url!r}")
+        if not parts.hostname:
+            raise ConfigurationError(f"malformed Temporal URL {url!r}: no host")
+        try:
+            port = parts.port or DEFAULT_PORT
+        except ValueError:
+            raise ConfigurationError(f"malformed Temporal URL {url!r}: bad port") from None
+        namespace = parts.path.strip("/") or "default"
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        unknown = set(query) - _KNOWN
+        if unknown:
+            raise ConfigurationError(
+                f"Temporal URL {url!r}: unknown parameter(s) {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(sorted(_KNOWN))}"
+            )
+        task_queue = query.get("task_queue") or DEFAULT_TASK_QUEUE
+        id_prefix = query.get("id_prefix", "")
+        for what, value in (("namespace", namespace), ("task_queue", task_queue)):
+            if not _NAME.match(value):
+                raise ConfigurationError(f"Temporal URL {url!r}: bad {what} {value!r}")
+        if id_prefix and not _NAME.match(id_prefix):
+            raise ConfigurationError(f"Temporal URL {url!r}: bad id_prefix {id_prefix!r}")
+        raw_threshold = query.get("payload_threshold", str(DEFAULT_PAYLOAD_THRESHOLD))
+        try:
+            threshold = int(raw_threshold)
+        except ValueError:
+            threshold = -1
+        if threshold < 0:
+            raise ConfigurationError(
+                f"Temporal URL {url!r}: payload_threshold must be a byte count, "
+                f"not {raw_threshold!r}"
+            )
+        payloads = Path(query.get("payloads") or DEFAULT_PAYLOADS).expanduser().resolve()
+        return cls(
+            url=url,
+            target=f"{parts.hostname}:{port}",
+            namespace=namespace,
+            task_queue=task_queue,
+            id_prefix=id_prefix,
+            payloads=payloads,
+            payload_threshold=threshold,
+        )
