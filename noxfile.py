@@ -22,7 +22,7 @@ import nox
 ROOT = Path(__file__).parent
 UV_RUN = ("uv", "run", "--all-packages", "--all-extras", "--group", "dev")
 LINT_PATHS = ("packages", "tests", "benchmarks", "noxfile.py")
-DEFAULT_STORES = "sqlite,postgresql,dbos+sqlite,dbos+postgresql"
+DEFAULT_STORES = "sqlite,postgresql,dbos+sqlite,dbos+postgresql,temporal"
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 nox.options.default_venv_backend = "none"

@@ -67,3 +67,31 @@ def open_backend(url: str) -> Backend:
             "Temporal and DBOS need perdure[temporal] / perdure[dbos]"
         )
     return factory(url)
+
+
+#: Schemes whose URL already names a SQL database adapters can keep their tables in.
+_SQL_SCHEMES = ("sqlite", "postgresql", "postgres")
+
+
+def state_url(url: str) -> str:
+    """The SQL database (``sqlite:///`` or ``postgresql://``) where adapters keep their
+    own tables — LangGraph checkpoints, Agents SDK sessions — for the backend ``url``.
+
+    A SQL URL is its own; another backend maps its URL under the entry-point group
+    ``perdure.state_urls`` (scheme → ``(url) -> sql url``), e.g. Temporal's ``state=``.
+    """
+    scheme = _scheme(url)
+    if scheme in _SQL_SCHEMES:
+        return url
+    if scheme.startswith("dbos+"):
+        return url[5:]
+    for ep in importlib.metadata.entry_points(group="perdure.state_urls", name=scheme):
+        mapper: Callable[[str], str] = ep.load()
+        mapped = mapper(url)
+        if _scheme(mapped) not in _SQL_SCHEMES:
+            raise ConfigurationError(f"{ep.value} mapped {url!r} to {mapped!r}, not a SQL URL")
+        return mapped
+    raise ConfigurationError(
+        f"adapter state on {scheme!r} URLs is not supported (in {url!r}): it needs "
+        "sqlite:///, postgresql:// or a backend that names its SQL database"
+    )

@@ -61,6 +61,14 @@ def parse_url(url: str) -> SqliteTarget | PostgresTarget:
     """
     if url[:5].lower() == "dbos+":
         url = url[5:]
+    elif "://" in url and url.split("://", 1)[0].lower() not in (
+        "sqlite",
+        "postgresql",
+        "postgres",
+    ):
+        from perdure.registry import state_url
+
+        url = state_url(url)  # e.g. Temporal: the SQL database its URL names for adapters
     try:
         parts = urlsplit(url)
     except ValueError as exc:

@@ -221,18 +221,14 @@ class _Postgres:
 
 
 def _open_store(url: str) -> _Sqlite | _Postgres:
-    if url[:5].lower() == "dbos+":
-        # A DBOS store: the items live in DBOS's own database (same ``?schema=``).
-        url = url[5:]
-    scheme = url.split("://", 1)[0].lower()
-    if scheme == "sqlite":
+    from perdure.registry import state_url
+
+    # The SQL database of the backend: the store itself, DBOS's own database, or what a
+    # Temporal URL names for adapter state.
+    url = state_url(url)
+    if url.split("://", 1)[0].lower() == "sqlite":
         return _Sqlite(url)
-    if scheme in ("postgresql", "postgres"):
-        return _Postgres(url)
-    raise ConfigurationError(
-        f"PerdureSession stores items next to the runs of a sqlite:///, postgresql:// "
-        f"or dbos+ store; {scheme}:// is not one (use the SDK's own sessions there)"
-    )
+    return _Postgres(url)
 
 
 class PerdureSession(SessionABC):

@@ -7,6 +7,8 @@ before anything reaches the history. Temporal keeps every accepted update in the
 workflow's event history, which is what makes the run durable; replaying that history
 rebuilds this object on any worker.
 
+The history is not kept in memory: ``TemporalStore`` reads it back from the
+workflow's event history (the start input and the arguments of completed appends).
 Event data, the run's input and result and signal payloads travel as JSON text (or as
 a reference to a payload stored aside, see ``perdure_temporal.payloads``); the workflow
 never parses them, so it stays deterministic whatever the data holds.
@@ -62,7 +64,8 @@ class PerdureRun:
     @workflow.init
     def __init__(self, start: dict[str, Any]) -> None:
         self.run: dict[str, Any] = dict(start["run"])
-        self.events: list[dict[str, Any]] = [dict(start["event"])]
+        #: Events are kept by Temporal's history (the update arguments), not in memory.
+        self.next_seq = 1
         self.signals: list[dict[str, Any]] = []
         self.next_signal_id = 1
         self._shown: tuple[str, float] | None = None
@@ -75,7 +78,7 @@ class PerdureRun:
                 await workflow.wait_condition(
                     lambda: self.run["status"] in TERMINAL and workflow.all_handlers_finished()
                 )
-                return {"status": self.run["status"]}
+                return self.run  # the final record: read without replaying the workflow
             except asyncio.CancelledError:
                 # `temporal workflow cancel` is a perdure cancellation request: the run
                 # compensates and ends cancelled through its driver, like `perdure cancel`.
@@ -88,10 +91,6 @@ class PerdureRun:
         return self.run
 
     @workflow.query
-    def history(self, after: int) -> list[dict[str, Any]]:
-        return self.events[after:] if after > 0 else self.events
-
-    @workflow.query
     def next_signal(self, name: str) -> dict[str, Any] | None:
         return self._next_signal(name)
 
@@ -101,8 +100,7 @@ class PerdureRun:
     def append(self, arg: dict[str, Any]) -> dict[str, Any]:
         run = self.run
         now = float(arg["now"])
-        for ev in arg["events"]:
-            self.events.append({**ev, "seq": len(self.events), "at": now})
+        self.next_seq += len(arg["events"])
         consume = arg.get("consume_signal")
         if consume is not None:
             for s in self.signals:
@@ -128,7 +126,7 @@ class PerdureRun:
             if update["status"] == "suspended" and waiting and self._next_signal(waiting):
                 run["wake_at"] = now
             self._publish()
-        return {"next_seq": len(self.events), "cancel_requested": run["cancel_requested"]}
+        return {"next_seq": self.next_seq, "cancel_requested": run["cancel_requested"]}
 
     @append.validator
     def _check_fence(self, arg: dict[str, Any]) -> None:
@@ -163,7 +161,7 @@ class PerdureRun:
         self._publish()
         return {
             "fence": run["fence"],
-            "next_seq": len(self.events),
+            "next_seq": self.next_seq,
             "cancel_requested": run["cancel_requested"],
         }
 
@@ -230,8 +228,7 @@ class PerdureRun:
     def admin_append(self, arg: dict[str, Any]) -> dict[str, Any]:
         run = self.run
         now = float(arg["now"])
-        for ev in arg["events"]:
-            self.events.append({**ev, "seq": len(self.events), "at": now})
+        self.next_seq += len(arg["events"])
         run.update(status=arg["status"], attention=None, wake_at=now, updated_at=now)
         self._publish()
         return run

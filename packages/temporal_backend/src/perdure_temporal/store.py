@@ -23,11 +23,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
+from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import (
     Client,
     WorkflowHandle,
@@ -42,7 +44,6 @@ from temporalio.common import (
 )
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Worker
 
 from perdure.errors import (
     BackendUnavailableError,
@@ -67,6 +68,7 @@ from perdure_temporal.journal import (
 )
 from perdure_temporal.payloads import DirectoryPayloads, PayloadStore
 from perdure_temporal.url import TemporalUrl
+from perdure_temporal.worker import JournalWorker
 
 log = logging.getLogger("perdure.temporal")
 
@@ -75,9 +77,10 @@ _T = TypeVar("_T")
 #: Queries and updates in flight at once when a listing reads many runs.
 _FAN_OUT = 32
 
-#: How long a workflow task waits on the sticky queue of the worker that last ran the
-#: workflow before any worker may take it: short, so a SIGKILLed worker costs little.
-STICKY_TIMEOUT = timedelta(seconds=1)
+#: How long a query may wait for the worker holding the workflow before we reset it.
+QUERY_TIMEOUT = timedelta(seconds=2)
+#: A query that replays a long history on a worker that has not cached it.
+SLOW_QUERY_TIMEOUT = timedelta(seconds=60)
 
 
 class TemporalStore(Store):
@@ -88,8 +91,7 @@ class TemporalStore(Store):
         self.config = TemporalUrl.parse(url)
         self.payloads = payloads or DirectoryPayloads(self.config.payloads)
         self._client: Client | None = None
-        self._worker: Worker | None = None
-        self._worker_task: asyncio.Task[None] | None = None
+        self._worker: JournalWorker | None = None
         self._held: dict[str, set[str]] = {}
 
     # -- connection ----------------------------------------------------------------------
@@ -113,27 +115,16 @@ class TemporalStore(Store):
             raise BackendUnavailableError(
                 f"Temporal at {cfg.target} (namespace {cfg.namespace!r}) is unavailable: {exc}"
             ) from exc
-        worker = Worker(
-            client,
-            task_queue=cfg.task_queue,
-            workflows=[PerdureRun],
-            sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
-        )
+        worker = JournalWorker(cfg.target, cfg.namespace, cfg.task_queue)
+        await asyncio.to_thread(worker.start)
         self._client = client
         self._worker = worker
-        self._worker_task = asyncio.get_running_loop().create_task(
-            worker.run(), name=f"perdure-temporal-worker-{cfg.task_queue}"
-        )
 
     async def close(self) -> None:
-        worker, task = self._worker, self._worker_task
-        self._client = self._worker = self._worker_task = None
-        if worker is not None and task is not None and not task.done():
-            with contextlib.suppress(Exception):
-                await worker.shutdown()
-        if task is not None:
-            with contextlib.suppress(BaseException):
-                await task
+        worker = self._worker
+        self._client = self._worker = None
+        if worker is not None:
+            await asyncio.to_thread(worker.stop)
 
     def workflow_id(self, run_id: str) -> str:
         return f"{self.config.id_prefix}{run_id}"
@@ -259,10 +250,70 @@ class TemporalStore(Store):
         handle = self._handle(run_id)
         return await self._call(run_id, lambda: handle.execute_update(name, arg))
 
-    async def _run(self, run_id: str) -> dict[str, Any]:
+    async def _query(self, run_id: str, query: Any, *args: Any) -> Any:
+        """A query of ``run_id``. Temporal sends it to the worker that last ran the
+        workflow; when that worker was SIGKILLed the query waits for nobody, so after a
+        short wait the run's stickiness is reset and any live worker answers."""
         handle = self._handle(run_id)
-        run: dict[str, Any] = await self._call(run_id, lambda: handle.query(PerdureRun.info))
+
+        async def ask() -> Any:
+            try:
+                return await handle.query(query, *args, rpc_timeout=QUERY_TIMEOUT)
+            except RPCError as exc:
+                if exc.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+                    raise
+            with contextlib.suppress(RPCError):
+                await self.client.workflow_service.reset_sticky_task_queue(
+                    ResetStickyTaskQueueRequest(
+                        namespace=self.config.namespace,
+                        execution=WorkflowExecution(workflow_id=self.workflow_id(run_id)),
+                    )
+                )
+            return await handle.query(query, *args, rpc_timeout=SLOW_QUERY_TIMEOUT)
+
+        return await self._call(run_id, ask)
+
+    async def _run(self, run_id: str) -> dict[str, Any]:
+        try:
+            run: dict[str, Any] = await self._query(run_id, PerdureRun.info)
+        except InvalidRunStateError:
+            # The workflow has closed: its result is the final record (no replay needed).
+            handle = self._handle(run_id)
+            run = await self._call(run_id, lambda: handle.result())
         return run
+
+    async def _journal(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's history rows, read from Temporal's event history itself: the start
+        event, then the events of every append that completed, in order. No worker is
+        involved, so a finished or long run is read without replaying it."""
+        handle = self._handle(run_id)
+        convert = self.client.data_converter
+
+        async def read() -> list[dict[str, Any]]:
+            rows: list[dict[str, Any]] = []
+            accepted: dict[str, tuple[list[dict[str, Any]], float]] = {}
+            async for event in handle.fetch_history_events():
+                if event.HasField("workflow_execution_started_event_attributes"):
+                    attrs = event.workflow_execution_started_event_attributes
+                    [start] = await convert.decode(attrs.input.payloads)
+                    rows.append(start["event"])
+                elif event.HasField("workflow_execution_update_accepted_event_attributes"):
+                    request = event.workflow_execution_update_accepted_event_attributes
+                    update = request.accepted_request
+                    if update.input.name in ("append", "admin_append"):
+                        [arg] = await convert.decode(update.input.args.payloads)
+                        accepted[update.meta.update_id] = (arg["events"], float(arg["now"]))
+                elif event.HasField("workflow_execution_update_completed_event_attributes"):
+                    done = event.workflow_execution_update_completed_event_attributes
+                    appended = accepted.pop(done.meta.update_id, None)
+                    if appended is not None and done.outcome.HasField("success"):
+                        events, at = appended
+                        rows.extend(
+                            {**ev, "seq": len(rows) + i, "at": at} for i, ev in enumerate(events)
+                        )
+            return rows
+
+        return await self._call(run_id, read)
 
     def _hold(self, owner: str, run_id: str) -> None:
         self._held.setdefault(owner, set()).add(run_id)
@@ -392,10 +443,7 @@ class TemporalStore(Store):
         return out[:limit]
 
     async def load_history(self, run_id: str) -> list[Event]:
-        handle = self._handle(run_id)
-        rows: list[dict[str, Any]] = await self._call(
-            run_id, lambda: handle.query(PerdureRun.history, 0)
-        )
+        rows = await self._journal(run_id)
         events: list[Event] = []
         for row in rows:
             seq = int(row["seq"])
@@ -538,10 +586,7 @@ class TemporalStore(Store):
         return SignalRecord(int(rec["signal_id"]), run_id, name, payload, sent_by, now)
 
     async def next_signal(self, run_id: str, name: str) -> SignalRecord | None:
-        handle = self._handle(run_id)
-        rec: dict[str, Any] | None = await self._call(
-            run_id, lambda: handle.query(PerdureRun.next_signal, name)
-        )
+        rec: dict[str, Any] | None = await self._query(run_id, PerdureRun.next_signal, name)
         if rec is None:
             return None
         payload = await self._unpack(

@@ -16,7 +16,7 @@ DEFAULT_PAYLOAD_THRESHOLD = 16 * 1024
 DEFAULT_PAYLOADS = ".perdure/payloads"
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:@/-]+$")
-_KNOWN = {"task_queue", "payloads", "payload_threshold", "id_prefix"}
+_KNOWN = {"task_queue", "payloads", "payload_threshold", "id_prefix", "state"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,9 @@ class TemporalUrl:
     put before each run id to make its workflow id (several deployments on one
     namespace); ``payloads`` is the directory large values are stored aside in (shared
     by every worker host) and ``payload_threshold`` the size in bytes above which they
-    are.
+    are; ``state`` is the SQL database where the adapters keep their own tables
+    (LangGraph checkpoints, Agents SDK sessions), by default a SQLite file in the
+    payload directory — give a ``postgresql://`` URL when workers run on several hosts.
     """
 
     url: str
@@ -37,6 +39,7 @@ class TemporalUrl:
     id_prefix: str
     payloads: Path
     payload_threshold: int
+    state: str
 
     @classmethod
     def parse(cls, url: str) -> TemporalUrl:
@@ -75,8 +78,10 @@ class TemporalUrl:
                 f"not {raw_threshold!r}"
             )
         payloads = Path(query.get("payloads") or DEFAULT_PAYLOADS).expanduser().resolve()
+        state = query.get("state") or f"sqlite:///{payloads / 'perdure-state.db'}"
         return cls(
             url=url,
+            state=state,
             target=f"{parts.hostname}:{port}",
             namespace=namespace,
             task_queue=task_queue,
@@ -84,3 +89,11 @@ class TemporalUrl:
             payloads=payloads,
             payload_threshold=threshold,
         )
+
+
+def state_url(url: str) -> str:
+    """The SQL database the adapters use next to the Temporal URL ``url`` (its
+    ``state=`` parameter); registered under the entry-point group ``perdure.state_urls``."""
+    config = TemporalUrl.parse(url)
+    config.payloads.mkdir(parents=True, exist_ok=True)
+    return config.state
