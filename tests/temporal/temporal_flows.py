@@ -1,0 +1,31 @@
+"""Workflows for the Temporal-only tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import perdure
+
+
+@perdure.step
+def big(kib: int) -> str:
+    return "x" * (kib * 1024)
+
+
+@perdure.workflow(name="temporal_big_results")
+async def big_results(turns: int, kib: int) -> int:
+    total = 0
+    for _ in range(turns):
+        total += len(await big(kib))
+    return total
+
+
+@perdure.step
+def note(text: str) -> str:
+    return text
+
+
+@perdure.workflow(name="temporal_waits")
+async def waits() -> Any:
+    await note("before")
+    return await perdure.wait_for_signal(perdure.APPROVAL)

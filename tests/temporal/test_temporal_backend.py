@@ -1,0 +1,127 @@
+"""What is particular to the Temporal backend: its URL, payloads stored aside, its
+history read from Temporal's own, and Temporal-side cancellation."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+import perdure
+from perdure import RunStatus
+from perdure.registry import open_backend
+from perdure_temporal import TemporalBackend, TemporalUrl
+from perdure_temporal.testing import session_target
+
+
+@pytest.fixture
+def flows() -> Any:
+    import temporal_flows
+
+    return temporal_flows
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    """A fresh task queue with the default payload threshold (16 KiB)."""
+    tag = tmp_path.name[-12:].replace("_", "-")
+    return (
+        f"temporal://{session_target()}/default?task_queue=tt-{tag}&id_prefix={tag}-"
+        f"&payloads={tmp_path / 'payloads'}"
+    )
+
+
+@pytest.fixture
+async def backend(url: str) -> AsyncIterator[TemporalBackend]:
+    b = open_backend(url)
+    assert isinstance(b, TemporalBackend)
+    await b.open()
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+async def _history_bytes(url: str, run_id: str) -> int:
+    config = TemporalUrl.parse(url)
+    client = await Client.connect(config.target, namespace=config.namespace)
+    handle = client.get_workflow_handle(f"{config.id_prefix}{run_id}")
+    return sum([e.ByteSize() async for e in handle.fetch_history_events()])
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        ("temporal:///default", "no host"),
+        ("temporal://h:7233/default?task_queue=a'b", "bad task_queue"),
+        ("temporal://h:7233/default?payload_threshold=-1", "payload_threshold"),
+        ("temporal://h:7233/default?tls=1", "unknown parameter"),
+    ],
+)
+def test_a_bad_temporal_url_is_a_configuration_error_naming_the_part(bad: str, match: str) -> None:
+    with pytest.raises(perdure.ConfigurationError, match=match):
+        open_backend(bad)
+
+
+async def test_an_unreachable_server_is_backend_unavailable_naming_it() -> None:
+    backend = open_backend("temporal://127.0.0.1:1/default")
+    with pytest.raises(perdure.BackendUnavailableError, match=r"127\.0\.0\.1:1"):
+        await backend.open()
+
+
+async def test_large_step_results_are_stored_aside_and_history_grows_by_references(
+    backend: TemporalBackend, url: str, flows: Any, tmp_path: Path
+) -> None:
+    small = await backend.start(flows.big_results, (2, 64), {}, run_id="two")
+    assert await small.result() == 2 * 64 * 1024
+    large = await backend.start(flows.big_results, (20, 64), {}, run_id="twenty")
+    assert await large.result() == 20 * 64 * 1024
+
+    two, twenty = await _history_bytes(url, "two"), await _history_bytes(url, "twenty")
+    # 18 more 64 KiB results, but only 18 more references (well under 2 KiB each).
+    assert twenty - two < 18 * 2048, (two, twenty)
+    stored = list((tmp_path / "payloads").rglob("*"))
+    assert any(p.is_file() and p.stat().st_size > 64 * 1024 for p in stored)
+    history = await backend.history("twenty")
+    results = [e.data for e in history if e.kind is perdure.EventKind.STEP_COMPLETED]
+    assert len(results) == 20 and all(len(r["result"]) == 64 * 1024 for r in results)
+
+
+async def test_cancelling_the_workflow_in_temporal_cancels_the_run(
+    backend: TemporalBackend, url: str, flows: Any
+) -> None:
+    await backend.start(flows.waits, (), {}, run_id="to-cancel")
+    await backend.idle()
+    assert (await backend.get_run("to-cancel")).status is RunStatus.SUSPENDED
+    config = TemporalUrl.parse(url)
+    client = await Client.connect(config.target, namespace=config.namespace)
+    await client.get_workflow_handle(f"{config.id_prefix}to-cancel").cancel()
+
+    info = await backend.wait("to-cancel", timeout=60)
+    assert info.status is RunStatus.CANCELLED
+    assert info.cancel_requested
+
+
+async def test_a_finished_run_is_read_from_its_closed_workflow(
+    backend: TemporalBackend, url: str, flows: Any
+) -> None:
+    await backend.start(flows.waits, (), {}, run_id="done")
+    await backend.idle()
+    await backend.signal("done", perdure.APPROVAL, {"ok": 1}, by="ann")
+    assert (await backend.wait("done", timeout=60)).status is RunStatus.SUCCEEDED
+
+    other = open_backend(url)  # a process that never ran the workflow
+    await other.open()
+    try:
+        info = await other.get_run("done")
+        assert info.result == {"ok": 1}
+        kinds = [e.kind for e in await other.history("done")]
+        assert kinds[0] is perdure.EventKind.RUN_STARTED
+        assert kinds[-1] is perdure.EventKind.RUN_SUCCEEDED
+        with pytest.raises(perdure.InvalidRunStateError):
+            await other.signal("done", perdure.APPROVAL, {"ok": 2})
+    finally:
+        await other.close()
