@@ -28,7 +28,7 @@ async def env(
     finally:
         await perdure.shutdown()
         for graph in sc.GRAPHS.values():
-            graph.close()
+            await graph.aclose()  # this loop's async pools too, before the loop closes
 
 
 def cfg(thread: str) -> dict[str, Any]:

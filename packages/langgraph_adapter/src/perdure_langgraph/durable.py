@@ -232,6 +232,15 @@ class DurableGraph:
             if isinstance(graph.checkpointer, PerdureSaver):
                 graph.checkpointer.close()
 
+    async def aclose(self) -> None:
+        """Close the checkpointers this wrapper opened, with this event loop's pools."""
+        with self._lock:
+            graphs = list(self._graphs.values())
+            self._graphs.clear()
+        for graph in graphs:
+            if isinstance(graph.checkpointer, PerdureSaver):
+                await graph.checkpointer.aclose()
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("compiled", "_graphs", "_lock"):
             raise AttributeError(name)
