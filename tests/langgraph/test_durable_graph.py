@@ -26,9 +26,9 @@ async def env(
     try:
         yield perdure_url
     finally:
-        await perdure.shutdown()
         for graph in sc.GRAPHS.values():
             await graph.aclose()  # this loop's async pools too, before the loop closes
+        await perdure.shutdown()
 
 
 def cfg(thread: str) -> dict[str, Any]:

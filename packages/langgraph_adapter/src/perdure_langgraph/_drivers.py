@@ -714,7 +714,10 @@ class PostgresDriver(Driver):
         pool = self._apools.pop(loop, None)
         if pool is not None:
             await pool.close()
-        await asyncio.to_thread(self._pool.close)
+        try:
+            await asyncio.to_thread(self._pool.close)
+        except RuntimeError:  # the loop's executor is shut down (DBOS destroyed it)
+            self._pool.close()
 
 
 class _PgErrors:
