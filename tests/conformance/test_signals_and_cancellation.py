@@ -88,6 +88,21 @@ async def test_replay_against_changed_code_stops_with_a_determinism_error_naming
     approved = processes.cli("approve", "r-changed")
     assert approved.returncode == 0, approved.stderr
 
+    # Before the deploy, `perdure replay` checks the history against each version of
+    # the code, in memory: the same code matches, the changed code is refused, by step.
+    requests = dict(receiver.requests)
+    before = await perdure_backend.history("r-changed")
+    same = processes.cli("replay", "scenarios", "--run", "r-changed")
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "matches" in same.stdout
+    changed = processes.cli(
+        "replay", "scenarios", "--run", "r-changed", env={"PERDURE_SCENARIO_VARIANT": "v2"}
+    )
+    assert changed.returncode == 5, changed.stdout + changed.stderr
+    assert "DIFFERS at 1:lookup_v2" in changed.stdout
+    assert dict(receiver.requests) == requests  # nothing ran
+    assert await perdure_backend.history("r-changed") == before  # nothing was written
+
     processes.worker("scenarios", env={"PERDURE_SCENARIO_VARIANT": "v2"})
     info = await wait_for_status(perdure_backend, "r-changed", ENDED)
     assert info.status is RunStatus.NEEDS_ATTENTION

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from perdure.cli import demo as demo_mod
-from perdure.cli import ops, runs, worker
+from perdure.cli import ops, replay, runs, worker
 from perdure.cli.common import execute, guard
 
 EPILOG = (
@@ -238,6 +238,32 @@ def worker_cmd(
         names = worker.import_targets(modules)
         worker.setup_logging()
         execute(lambda: worker.serve(url, names, concurrency))
+
+    guard(body)
+
+
+@app.command("replay")
+def replay_cmd(
+    modules: Annotated[
+        list[str],
+        typer.Argument(
+            help="Modules (dotted names or .py paths) with the code about to be deployed.",
+            show_default=False,
+        ),
+    ],
+    url: Url = None,
+    run: Annotated[
+        str | None,
+        typer.Option("--run", help="Check this run only.", show_default=False),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Runs checked at most.")] = 1000,
+) -> None:
+    """Replay in-flight runs against MODULEs' code, in memory: exit 5 if a history no
+    longer matches (check before a deploy)."""
+
+    def body() -> None:
+        worker.import_targets(modules)
+        execute(lambda: replay.replay(url, run, limit))
 
     guard(body)
 

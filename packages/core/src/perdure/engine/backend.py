@@ -30,12 +30,19 @@ class EmbeddedBackend(Backend):
     them, or a worker (``serve``) that recovered them."""
 
     def __init__(
-        self, store: Store, *, lease_seconds: float = 30.0, poll_interval: float = 0.5
+        self,
+        store: Store,
+        *,
+        lease_seconds: float = 30.0,
+        poll_interval: float = 0.5,
+        replay_only: bool = False,
     ) -> None:
         if lease_seconds <= 0 or poll_interval <= 0:
             raise ConfigurationError("lease_seconds and poll_interval must be positive")
         self.store = store
         self.url = store.url
+        #: Drives stop before the first step their history does not record.
+        self.replay_only = replay_only
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         self.owner = new_owner_id()

@@ -41,6 +41,15 @@ class Interrupt(BaseException):
         self.events = events
 
 
+class ReplayEnd(BaseException):
+    """A replay-only drive reached work its history does not record: it stops there,
+    before running anything (see ``perdure.engine.replay_check``)."""
+
+    def __init__(self, step_key: str) -> None:
+        super().__init__(step_key)
+        self.step_key = step_key
+
+
 class Cancelled(BaseException):
     """Unwinds the workflow when the run was cancelled; compensation follows."""
 
@@ -251,6 +260,8 @@ class EmbeddedRunContext:
                 self.compensations.append(Compensation(key, spec.compensate, result))
             return result
 
+        if self._driver.backend.replay_only:
+            raise ReplayEnd(key)
         self._check_cancel()
         non_idempotent = spec.kind == "effect" and not spec.idempotent_receiver
         if non_idempotent and key in self._history.intents:

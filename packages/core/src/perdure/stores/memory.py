@@ -28,6 +28,14 @@ class MemoryStore(Store):
     async def close(self) -> None:
         return None
 
+    def load(self, info: RunInfo, events: Sequence[Event]) -> None:
+        """Put a copy of a run and its history here, free for any owner to take."""
+        run = copy.deepcopy(info)
+        run.owner = None
+        run.lease_until = None
+        self._runs[run.run_id] = run
+        self._events[run.run_id] = [copy.deepcopy(e) for e in events]
+
     def _run(self, run_id: str) -> RunInfo:
         try:
             return self._runs[run_id]

@@ -111,11 +111,13 @@ class Processes:
         """``perdure worker MODULE`` in a new process: recovers and drives runs until killed."""
         return self.spawn("-m", "perdure", "worker", *modules, "--url", self.url, env=env)
 
-    def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, timeout: float = 60.0, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run one ``perdure`` CLI command to completion."""
         return subprocess.run(
             [sys.executable, "-m", "perdure", *args, "--url", self.url],
-            env=self.env,
+            env={**self.env, **(env or {})},
             cwd=self.cwd,
             capture_output=True,
             text=True,
