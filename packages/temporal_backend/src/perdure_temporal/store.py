@@ -32,6 +32,7 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
@@ -77,10 +78,10 @@ _T = TypeVar("_T")
 #: Queries and updates in flight at once when a listing reads many runs.
 _FAN_OUT = 32
 
-#: How long a query may wait for the worker holding the workflow before we reset it.
-QUERY_TIMEOUT = timedelta(seconds=2)
-#: A query that replays a long history on a worker that has not cached it.
-SLOW_QUERY_TIMEOUT = timedelta(seconds=60)
+#: How long each attempt of a query waits for a worker. A query can be lost with the
+#: worker it was routed to (SIGKILLed), or while a workflow task is in flight; each
+#: retry resets the run's stickiness, and later attempts allow a replay of a long history.
+QUERY_TIMEOUTS = tuple(timedelta(seconds=s) for s in (2, 2, 4, 8, 16, 30))
 
 
 class TemporalStore(Store):
@@ -229,7 +230,10 @@ class TemporalStore(Store):
             raise
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:
-                raise await self._not_found(run_id) from None
+                missing = await self._not_found(run_id)
+                if isinstance(missing, _StillRunning):
+                    raise BackendUnavailableError(f"run {run_id!r}: {exc}") from exc
+                raise missing from None
             if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
                 raise BackendUnavailableError(
                     f"Temporal at {self.config.target} is unavailable: {exc}"
@@ -239,11 +243,14 @@ class TemporalStore(Store):
             raise BackendUnavailableError(f"query of run {run_id!r} failed: {exc}") from exc
 
     async def _not_found(self, run_id: str) -> Exception:
-        """A call found no open workflow: the run is missing, or it has ended."""
+        """A call found no open workflow: the run is missing, or it has ended (or, for
+        a query, the worker it was routed to is gone: ``_StillRunning``)."""
         try:
             desc = await self._handle(run_id).describe()
         except RPCError:
             return RunNotFoundError(run_id)
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            return _StillRunning(run_id)
         return InvalidRunStateError(f"run {run_id!r} has ended (workflow {desc.status})")
 
     async def _update(self, run_id: str, name: str, arg: dict[str, Any]) -> Any:
@@ -257,19 +264,38 @@ class TemporalStore(Store):
         handle = self._handle(run_id)
 
         async def ask() -> Any:
-            try:
-                return await handle.query(query, *args, rpc_timeout=QUERY_TIMEOUT)
-            except RPCError as exc:
-                if exc.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
-                    raise
-            with contextlib.suppress(RPCError):
-                await self.client.workflow_service.reset_sticky_task_queue(
-                    ResetStickyTaskQueueRequest(
-                        namespace=self.config.namespace,
-                        execution=WorkflowExecution(workflow_id=self.workflow_id(run_id)),
+            for timeout in QUERY_TIMEOUTS:
+                # wait_for, not rpc_timeout: the client retries a timed-out query itself.
+                try:
+                    return await asyncio.wait_for(
+                        handle.query(query, *args), timeout.total_seconds()
                     )
-                )
-            return await handle.query(query, *args, rpc_timeout=SLOW_QUERY_TIMEOUT)
+                except TimeoutError:
+                    why = f"no answer in {timeout.total_seconds():g}s"
+                except RPCError as exc:
+                    if exc.status == RPCStatusCode.NOT_FOUND:
+                        # Also what Temporal answers when the sticky worker is gone.
+                        missing = await self._not_found(run_id)
+                        if not isinstance(missing, _StillRunning):
+                            raise missing from None
+                    elif exc.status not in (
+                        RPCStatusCode.CANCELLED,
+                        RPCStatusCode.DEADLINE_EXCEEDED,
+                    ):
+                        raise
+                    why = f"{exc.status.name}: {exc.message}"
+                log.debug("query of run %s failed (%s); resetting stickiness", run_id, why)
+                with contextlib.suppress(RPCError):
+                    await self.client.workflow_service.reset_sticky_task_queue(
+                        ResetStickyTaskQueueRequest(
+                            namespace=self.config.namespace,
+                            execution=WorkflowExecution(workflow_id=self.workflow_id(run_id)),
+                        )
+                    )
+            raise BackendUnavailableError(
+                f"no worker answered a query of run {run_id!r} on task queue "
+                f"{self.config.task_queue!r} in {sum(t.total_seconds() for t in QUERY_TIMEOUTS):g}s"
+            )
 
         return await self._call(run_id, ask)
 
@@ -620,6 +646,10 @@ class TemporalStore(Store):
             "now": now,
         }
         return await self._info(await self._update(run_id, "admin_append", arg))
+
+
+class _StillRunning(Exception):
+    """A call said NOT_FOUND but the run's workflow is open: retry it."""
 
 
 def _quote(value: str) -> str:
