@@ -29,3 +29,13 @@ def note(text: str) -> str:
 async def waits() -> Any:
     await note("before")
     return await perdure.wait_for_signal(perdure.APPROVAL)
+
+
+@perdure.workflow(name="temporal_long")
+async def long(steps: int) -> Any:
+    for i in range(steps):
+        await note(f"a{i}")
+    decision = await perdure.wait_for_signal(perdure.APPROVAL)
+    for i in range(steps):
+        await note(f"b{i}")
+    return decision

@@ -125,3 +125,35 @@ async def test_a_finished_run_is_read_from_its_closed_workflow(
             await other.signal("done", perdure.APPROVAL, {"ok": 2})
     finally:
         await other.close()
+
+
+async def test_a_long_run_continues_as_new_and_keeps_one_history(
+    flows: Any, tmp_path: Path
+) -> None:
+    tag = tmp_path.name[-12:].replace("_", "-")
+    url = (
+        f"temporal://{session_target()}/default?task_queue=tl-{tag}&id_prefix=l{tag}-"
+        f"&payloads={tmp_path / 'payloads'}&history_limit=40"
+    )
+    backend = open_backend(url)
+    await backend.open()
+    try:
+        await backend.start(flows.long, (20,), {}, run_id="long")
+        await backend.idle()
+        assert (await backend.get_run("long")).waiting_for == perdure.APPROVAL
+        await backend.signal("long", perdure.APPROVAL, {"ok": True}, by="ann")
+        info = await backend.wait("long", timeout=120)
+        assert info.status is RunStatus.SUCCEEDED and info.result == {"ok": True}
+
+        history = await backend.history("long")
+        assert [e.seq for e in history] == list(range(len(history)))
+        steps = [e.data["result"] for e in history if e.kind is perdure.EventKind.STEP_COMPLETED]
+        assert steps == [f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)]
+        assert [e.kind for e in history].count(perdure.EventKind.SIGNAL_RECEIVED) == 1
+
+        config = TemporalUrl.parse(url)
+        client = await Client.connect(config.target, namespace=config.namespace)
+        desc = await client.get_workflow_handle(f"{config.id_prefix}long").describe()
+        assert desc.run_id != desc.raw_description.workflow_execution_info.first_run_id
+    finally:
+        await backend.close()

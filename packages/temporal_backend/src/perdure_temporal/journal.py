@@ -40,6 +40,10 @@ SEARCH_ATTRIBUTES = (STATUS, WORKFLOW, DUE_AT)
 NEVER = 1.0e15
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+
+#: History events after which a run continues as new (Temporal's hard limit is 51,200;
+#: it warns from 10,240). The URL's ``history_limit`` overrides it.
+HISTORY_LIMIT = 8_000
 CLAIMABLE = ("pending", "running", "suspended")
 
 #: Error types a refused update carries (``ApplicationError.type``).
@@ -64,10 +68,12 @@ class PerdureRun:
     @workflow.init
     def __init__(self, start: dict[str, Any]) -> None:
         self.run: dict[str, Any] = dict(start["run"])
+        carried: dict[str, Any] = start.get("carried") or {}
         #: Events are kept by Temporal's history (the update arguments), not in memory.
-        self.next_seq = 1
-        self.signals: list[dict[str, Any]] = []
-        self.next_signal_id = 1
+        self.next_seq = int(carried.get("next_seq", 1))
+        self.signals: list[dict[str, Any]] = list(carried.get("signals", []))
+        self.next_signal_id = int(carried.get("next_signal_id", 1))
+        self.history_limit = int(start.get("history_limit") or HISTORY_LIMIT)
         self._shown: tuple[str, float] | None = None
 
     @workflow.run
@@ -75,14 +81,34 @@ class PerdureRun:
         self._publish()
         while True:
             try:
-                await workflow.wait_condition(
-                    lambda: self.run["status"] in TERMINAL and workflow.all_handlers_finished()
+                await workflow.wait_condition(lambda: self._ended() or self._too_long())
+                if self._ended():
+                    return self.run  # the final record: read without replaying the workflow
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                # A long run goes on in a fresh execution of the same workflow id; the
+                # store reads the history across the chain.
+                workflow.continue_as_new(
+                    {
+                        "run": self.run,
+                        "event": None,
+                        "history_limit": self.history_limit,
+                        "carried": {
+                            "next_seq": self.next_seq,
+                            "signals": [s for s in self.signals if not s["consumed"]],
+                            "next_signal_id": self.next_signal_id,
+                        },
+                    }
                 )
-                return self.run  # the final record: read without replaying the workflow
             except asyncio.CancelledError:
                 # `temporal workflow cancel` is a perdure cancellation request: the run
                 # compensates and ends cancelled through its driver, like `perdure cancel`.
                 self._cancel(float(workflow.now().timestamp()))
+
+    def _ended(self) -> bool:
+        return self.run["status"] in TERMINAL and workflow.all_handlers_finished()
+
+    def _too_long(self) -> bool:
+        return workflow.info().get_current_history_length() >= self.history_limit
 
     # -- reading --------------------------------------------------------------------------
 
@@ -267,8 +293,12 @@ class PerdureRun:
         shown = (self.run["status"], due_at(self.run))
         if shown == self._shown:
             return
+        first = self._shown is None
         self._shown = shown
-        workflow.upsert_search_attributes([STATUS.value_set(shown[0]), DUE_AT.value_set(shown[1])])
+        updates = [STATUS.value_set(shown[0]), DUE_AT.value_set(shown[1])]
+        if first:  # also after a continue-as-new
+            updates.append(WORKFLOW.value_set(self.run["workflow"]))
+        workflow.upsert_search_attributes(updates)
 
 
 #: How long a workflow task may take before Temporal hands it to another worker; ours

@@ -255,7 +255,21 @@ class TemporalStore(Store):
 
     async def _update(self, run_id: str, name: str, arg: dict[str, Any]) -> Any:
         handle = self._handle(run_id)
-        return await self._call(run_id, lambda: handle.execute_update(name, arg))
+
+        async def send() -> Any:
+            for _ in range(4):
+                try:
+                    return await handle.execute_update(name, arg)
+                except RPCError as exc:
+                    # The execution closed under the update (it continued as new): the
+                    # update did not apply there; send it to the one now running.
+                    if exc.status != RPCStatusCode.NOT_FOUND or not isinstance(
+                        await self._not_found(run_id), _StillRunning
+                    ):
+                        raise
+            return await handle.execute_update(name, arg)
+
+        return await self._call(run_id, send)
 
     async def _query(self, run_id: str, query: Any, *args: Any) -> Any:
         """A query of ``run_id``. Temporal sends it to the worker that last ran the
@@ -310,34 +324,24 @@ class TemporalStore(Store):
 
     async def _journal(self, run_id: str) -> list[dict[str, Any]]:
         """The run's history rows, read from Temporal's event history itself: the start
-        event, then the events of every append that completed, in order. No worker is
-        involved, so a finished or long run is read without replaying it."""
-        handle = self._handle(run_id)
-        convert = self.client.data_converter
+        event, then the events of every append that completed, in order, across the
+        executions a long run continued as new into. No worker is involved, so a
+        finished or long run is read without replaying it."""
+        wid = self.workflow_id(run_id)
 
         async def read() -> list[dict[str, Any]]:
-            rows: list[dict[str, Any]] = []
-            accepted: dict[str, tuple[list[dict[str, Any]], float]] = {}
-            async for event in handle.fetch_history_events():
-                if event.HasField("workflow_execution_started_event_attributes"):
-                    attrs = event.workflow_execution_started_event_attributes
-                    [start] = await convert.decode(attrs.input.payloads)
-                    rows.append(start["event"])
-                elif event.HasField("workflow_execution_update_accepted_event_attributes"):
-                    request = event.workflow_execution_update_accepted_event_attributes
-                    update = request.accepted_request
-                    if update.input.name in ("append", "admin_append"):
-                        [arg] = await convert.decode(update.input.args.payloads)
-                        accepted[update.meta.update_id] = (arg["events"], float(arg["now"]))
-                elif event.HasField("workflow_execution_update_completed_event_attributes"):
-                    done = event.workflow_execution_update_completed_event_attributes
-                    appended = accepted.pop(done.meta.update_id, None)
-                    if appended is not None and done.outcome.HasField("success"):
-                        events, at = appended
-                        rows.extend(
-                            {**ev, "seq": len(rows) + i, "at": at} for i, ev in enumerate(events)
-                        )
-            return rows
+            executions: list[list[dict[str, Any]]] = []
+            execution: str | None = None  # the latest first, then each predecessor
+            while True:
+                rows, execution = await _read_execution(self.client, wid, execution)
+                executions.append(rows)
+                if execution is None:
+                    break
+            out: list[dict[str, Any]] = []
+            for rows in reversed(executions):
+                for row in rows:
+                    out.append({**row, "seq": len(out)})
+            return out
 
         return await self._call(run_id, read)
 
@@ -388,7 +392,7 @@ class TemporalStore(Store):
         try:
             await self.client.start_workflow(
                 PerdureRun.main,
-                {"run": run, "event": event},
+                {"run": run, "event": event, "history_limit": self.config.history_limit},
                 id=self.workflow_id(new.run_id),
                 task_queue=self.config.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -646,6 +650,37 @@ class TemporalStore(Store):
             "now": now,
         }
         return await self._info(await self._update(run_id, "admin_append", arg))
+
+
+async def _read_execution(
+    client: Client, workflow_id: str, execution: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The history rows one execution of a run's workflow added, and the execution it
+    continued from (None for the first)."""
+    handle = client.get_workflow_handle(workflow_id, run_id=execution)
+    convert = client.data_converter
+    rows: list[dict[str, Any]] = []
+    previous: str | None = None
+    accepted: dict[str, tuple[list[dict[str, Any]], float]] = {}
+    async for event in handle.fetch_history_events():
+        if event.HasField("workflow_execution_started_event_attributes"):
+            attrs = event.workflow_execution_started_event_attributes
+            previous = attrs.continued_execution_run_id or None
+            [start] = await convert.decode(attrs.input.payloads)
+            if start.get("event") is not None:
+                rows.append(start["event"])
+        elif event.HasField("workflow_execution_update_accepted_event_attributes"):
+            update = event.workflow_execution_update_accepted_event_attributes.accepted_request
+            if update.input.name in ("append", "admin_append"):
+                [arg] = await convert.decode(update.input.args.payloads)
+                accepted[update.meta.update_id] = (arg["events"], float(arg["now"]))
+        elif event.HasField("workflow_execution_update_completed_event_attributes"):
+            done = event.workflow_execution_update_completed_event_attributes
+            appended = accepted.pop(done.meta.update_id, None)
+            if appended is not None and done.outcome.HasField("success"):
+                events, at = appended
+                rows.extend({**ev, "at": at} for ev in events)
+    return rows, previous
 
 
 class _StillRunning(Exception):

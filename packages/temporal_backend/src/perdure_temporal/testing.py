@@ -21,6 +21,8 @@ from typing import Any
 from perdure_temporal.devserver import DevServer
 
 NOT_JSON = b"{not json"
+#: History events per workflow execution in the test matrix (the default is 8,000).
+HISTORY_LIMIT = 200
 
 _server: DevServer | None = None
 
@@ -40,12 +42,13 @@ def session_target() -> str:
 @contextlib.contextmanager
 def temporal_url(tmp_path: Path) -> Generator[str]:
     """A fresh task queue and id prefix on the session's dev server. Payloads above 0
-    bytes go aside, so the corrupter reaches every stored value."""
+    bytes go aside, so the corrupter reaches every stored value; a short history limit
+    makes every longer scenario cross a continue-as-new."""
     tag = uuid.uuid4().hex[:12]
     payloads = tmp_path / "payloads"
     yield (
         f"temporal://{session_target()}/default?task_queue=t-{tag}&id_prefix={tag}-"
-        f"&payloads={payloads}&payload_threshold=0"
+        f"&payloads={payloads}&payload_threshold=0&history_limit={HISTORY_LIMIT}"
     )
 
 
@@ -57,6 +60,7 @@ def corrupt_event(url: str, run_id: str, seq: int) -> None:
     from temporalio.client import Client
 
     from perdure_temporal.payloads import DirectoryPayloads
+    from perdure_temporal.store import _read_execution  # pyright: ignore[reportPrivateUsage]
     from perdure_temporal.url import TemporalUrl
 
     config = TemporalUrl.parse(url)
@@ -65,23 +69,18 @@ def corrupt_event(url: str, run_id: str, seq: int) -> None:
         # Read Temporal's event history itself: no worker needed (the test's own
         # worker is blocked while this runs), and nothing of ours in between.
         client = await Client.connect(config.target, namespace=config.namespace)
-        history = await client.get_workflow_handle(f"{config.id_prefix}{run_id}").fetch_history()
-        convert = client.data_converter
-        rows: list[dict[str, Any]] = []
-        for event in history.events:
-            if event.HasField("workflow_execution_started_event_attributes"):
-                [start] = await convert.decode(
-                    event.workflow_execution_started_event_attributes.input.payloads
-                )
-                rows.append(start["event"])
-            elif event.HasField("workflow_execution_update_accepted_event_attributes"):
-                request = event.workflow_execution_update_accepted_event_attributes.accepted_request
-                if request.input.name in ("append", "admin_append"):
-                    [arg] = await convert.decode(request.input.args.payloads)
-                    rows.extend(arg["events"])
-        if seq >= len(rows):
+        wid = f"{config.id_prefix}{run_id}"
+        executions: list[list[dict[str, Any]]] = []
+        execution: str | None = None
+        while True:
+            rows, execution = await _read_execution(client, wid, execution)
+            executions.append(rows)
+            if execution is None:
+                break
+        history = [row for rows in reversed(executions) for row in rows]
+        if seq >= len(history):
             raise LookupError(f"{url}: run {run_id!r} has no history event #{seq}")
-        ref: str | None = rows[seq].get("data_ref")
+        ref: str | None = history[seq].get("data_ref")
         return ref
 
     # Tests call this from inside their event loop: run the lookup on a loop of its own.

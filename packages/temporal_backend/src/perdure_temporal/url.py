@@ -14,9 +14,11 @@ DEFAULT_TASK_QUEUE = "perdure"
 #: Values whose JSON is longer than this many bytes are stored aside (see ``payloads``).
 DEFAULT_PAYLOAD_THRESHOLD = 16 * 1024
 DEFAULT_PAYLOADS = ".perdure/payloads"
+#: History events after which a run's workflow continues as new.
+DEFAULT_HISTORY_LIMIT = 8_000
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:@/-]+$")
-_KNOWN = {"task_queue", "payloads", "payload_threshold", "id_prefix", "state"}
+_KNOWN = {"task_queue", "payloads", "payload_threshold", "id_prefix", "state", "history_limit"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +31,9 @@ class TemporalUrl:
     by every worker host) and ``payload_threshold`` the size in bytes above which they
     are; ``state`` is the SQL database where the adapters keep their own tables
     (LangGraph checkpoints, Agents SDK sessions), by default a SQLite file in the
-    payload directory — give a ``postgresql://`` URL when workers run on several hosts.
+    payload directory — give a ``postgresql://`` URL when workers run on several hosts;
+    ``history_limit`` is the number of history events after which a run's workflow
+    continues as new.
     """
 
     url: str
@@ -40,6 +44,7 @@ class TemporalUrl:
     payloads: Path
     payload_threshold: int
     state: str
+    history_limit: int
 
     @classmethod
     def parse(cls, url: str) -> TemporalUrl:
@@ -78,10 +83,16 @@ class TemporalUrl:
                 f"not {raw_threshold!r}"
             )
         payloads = Path(query.get("payloads") or DEFAULT_PAYLOADS).expanduser().resolve()
+        raw_limit = query.get("history_limit", str(DEFAULT_HISTORY_LIMIT))
+        if not raw_limit.isdigit() or not 20 <= int(raw_limit) <= 40_000:
+            raise ConfigurationError(
+                f"Temporal URL {url!r}: history_limit must be 20..40000 events, not {raw_limit!r}"
+            )
         state = query.get("state") or f"sqlite:///{payloads / 'perdure-state.db'}"
         return cls(
             url=url,
             state=state,
+            history_limit=int(raw_limit),
             target=f"{parts.hostname}:{port}",
             namespace=namespace,
             task_queue=task_queue,
