@@ -235,10 +235,7 @@ class DbosRunContext:
             env = await self._record(key, call)
             kind = env.get("t")
             if kind == "ok":
-                result = from_jsonable(env.get("result"), f"run {self.run_id!r} step {key!r}")
-                if spec.compensate is not None:
-                    self.compensations.append(Compensation(key, spec.compensate, result))
-                return result
+                return self._ok(key, spec, env)
             if kind == "cancelled":
                 raise Cancelled()
             if kind == "unknown":
@@ -247,14 +244,7 @@ class DbosRunContext:
                     attempt += 1
                     continue
                 return outcome
-            error: dict[str, Any] = env.get("error") or {}
-            if env.get("final"):
-                raise StepFailedError(
-                    key,
-                    int(env.get("attempt", attempt)),
-                    str(error.get("type", "Error")),
-                    str(error.get("message", "")),
-                )
+            self._raise_if_final(key, env, attempt)
             await self._dbos(key, DBOS.sleep_async(float(env.get("retry_in") or 0)))
             attempt += 1
 
@@ -293,20 +283,29 @@ class DbosRunContext:
                 await asyncio.to_thread(marks.put_keyed, self.run_id, key, env)
             kind = env.get("t")
             if kind == "ok":
-                result = from_jsonable(env.get("result"), f"run {self.run_id!r} step {key!r}")
-                if spec.compensate is not None:
-                    self.compensations.append(Compensation(key, spec.compensate, result))
-                return result
-            error: dict[str, Any] = env.get("error") or {}
-            if env.get("final"):
-                raise StepFailedError(
-                    key,
-                    int(env.get("attempt", attempt)),
-                    str(error.get("type", "Error")),
-                    str(error.get("message", "")),
-                )
+                return self._ok(key, spec, env)
+            self._raise_if_final(key, env, attempt)
             await asyncio.sleep(float(env.get("retry_in") or 0))
             attempt += 1
+
+    def _ok(self, key: str, spec: StepSpec, env: dict[str, Any]) -> Any:
+        """The result a recorded ``ok`` envelope holds (its compensation noted)."""
+        result = from_jsonable(env.get("result"), f"run {self.run_id!r} step {key!r}")
+        if spec.compensate is not None:
+            self.compensations.append(Compensation(key, spec.compensate, result))
+        return result
+
+    @staticmethod
+    def _raise_if_final(key: str, env: dict[str, Any], attempt: int) -> None:
+        """A recorded error envelope that allows no more attempts fails the step."""
+        if env.get("final"):
+            error: dict[str, Any] = env.get("error") or {}
+            raise StepFailedError(
+                key,
+                int(env.get("attempt", attempt)),
+                str(error.get("type", "Error")),
+                str(error.get("message", "")),
+            )
 
     async def _execute(
         self,
