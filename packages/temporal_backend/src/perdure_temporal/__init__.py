@@ -7,12 +7,8 @@ step as one fenced Temporal update. See ``store.py`` and ``journal.py``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from perdure.engine.backend import EmbeddedBackend
-from perdure.engine.owners import owner_is_dead
-from perdure.errors import RunNotFoundError
-from perdure.records import RunStatus
+from perdure.records import RunInfo, RunStatus
 from perdure_temporal.store import TemporalStore
 from perdure_temporal.url import TemporalUrl
 
@@ -27,24 +23,14 @@ class TemporalBackend(EmbeddedBackend):
     def __init__(self, store: TemporalStore) -> None:
         super().__init__(store)
 
-    async def _recover_dead(self, names: Sequence[str]) -> None:
-        # Only runs visibility shows as held: reading every run each poll would not scale.
-        held = await self.store.list_runs(
+    async def _held_runs(self) -> list[RunInfo]:
+        # Only the runs visibility shows as held: reading every run each poll would not
+        # scale; each candidate is still read exactly.
+        return await self.store.list_runs(
             statuses=(RunStatus.RUNNING, RunStatus.PENDING),
             limit=10_000,
             candidates="ExecutionStatus = 'Running' AND PerdureStatus IN ('running', 'pending')",
         )
-        for info in held:
-            if (
-                info.workflow in names
-                and info.owner
-                and info.owner != self.owner
-                and owner_is_dead(info.owner)
-            ):
-                try:
-                    await self._try_take(info)
-                except RunNotFoundError:
-                    pass
 
 
 def open_backend(url: str) -> TemporalBackend:

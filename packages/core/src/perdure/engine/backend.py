@@ -298,10 +298,7 @@ class EmbeddedBackend(Backend):
 
     async def _recover_dead(self, names: Sequence[str]) -> None:
         """Break the leases of runs whose owner process on this host has died."""
-        owned = await self.store.list_runs(
-            statuses=(RunStatus.RUNNING, RunStatus.PENDING), limit=10_000
-        )
-        for info in owned:
+        for info in await self._held_runs():
             if (
                 info.workflow in names
                 and info.owner
@@ -310,6 +307,12 @@ class EmbeddedBackend(Backend):
             ):
                 with contextlib.suppress(RunNotFoundError):
                     await self._try_take(info)
+
+    async def _held_runs(self) -> list[RunInfo]:
+        """Runs that may hold a lease now (running or pending): where dead owners hide."""
+        return await self.store.list_runs(
+            statuses=(RunStatus.RUNNING, RunStatus.PENDING), limit=10_000
+        )
 
     async def idle(self) -> None:
         """Return once this process drives no run (each drive ran to its next stop)."""
