@@ -14,7 +14,7 @@ import perdure
 from perdure import RunStatus
 from perdure.registry import open_backend
 from perdure_temporal import TemporalBackend, TemporalUrl
-from perdure_temporal.testing import session_target
+from perdure_temporal.testing import fresh_url
 
 
 @pytest.fixture
@@ -27,11 +27,7 @@ def flows() -> Any:
 @pytest.fixture
 def url(tmp_path: Path) -> str:
     """A fresh task queue with the default payload threshold (16 KiB)."""
-    tag = tmp_path.name[-12:].replace("_", "-")
-    return (
-        f"temporal://{session_target()}/default?task_queue=tt-{tag}&id_prefix={tag}-"
-        f"&payloads={tmp_path / 'payloads'}"
-    )
+    return fresh_url(tmp_path)
 
 
 @pytest.fixture
@@ -130,11 +126,7 @@ async def test_a_finished_run_is_read_from_its_closed_workflow(
 async def test_a_long_run_continues_as_new_and_keeps_one_history(
     flows: Any, tmp_path: Path
 ) -> None:
-    tag = tmp_path.name[-12:].replace("_", "-")
-    url = (
-        f"temporal://{session_target()}/default?task_queue=tl-{tag}&id_prefix=l{tag}-"
-        f"&payloads={tmp_path / 'payloads'}&history_limit=40"
-    )
+    url = fresh_url(tmp_path, history_limit=40)
     backend = open_backend(url)
     await backend.open()
     try:

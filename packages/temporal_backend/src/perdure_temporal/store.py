@@ -330,18 +330,7 @@ class TemporalStore(Store):
         wid = self.workflow_id(run_id)
 
         async def read() -> list[dict[str, Any]]:
-            executions: list[list[dict[str, Any]]] = []
-            execution: str | None = None  # the latest first, then each predecessor
-            while True:
-                rows, execution = await _read_execution(self.client, wid, execution)
-                executions.append(rows)
-                if execution is None:
-                    break
-            out: list[dict[str, Any]] = []
-            for rows in reversed(executions):
-                for row in rows:
-                    out.append({**row, "seq": len(out)})
-            return out
+            return await read_history(self.client, wid)
 
         return await self._call(run_id, read)
 
@@ -650,6 +639,22 @@ class TemporalStore(Store):
             "now": now,
         }
         return await self._info(await self._update(run_id, "admin_append", arg))
+
+
+async def read_history(client: Client, workflow_id: str) -> list[dict[str, Any]]:
+    """A run's history rows, numbered, across the executions it continued as new into."""
+    executions: list[list[dict[str, Any]]] = []
+    execution: str | None = None  # the latest first, then each predecessor
+    while True:
+        rows, execution = await _read_execution(client, workflow_id, execution)
+        executions.append(rows)
+        if execution is None:
+            break
+    out: list[dict[str, Any]] = []
+    for rows in reversed(executions):
+        for row in rows:
+            out.append({**row, "seq": len(out)})
+    return out
 
 
 async def _read_execution(

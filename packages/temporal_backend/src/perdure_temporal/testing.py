@@ -16,7 +16,6 @@ import os
 import uuid
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
 
 from perdure_temporal.devserver import DevServer
 
@@ -39,17 +38,27 @@ def session_target() -> str:
     return _server.target
 
 
+def fresh_url(tmp_path: Path, **params: str | int) -> str:
+    """A URL on the session's dev server with its own task queue, id prefix and payload
+    directory (under ``tmp_path``); ``params`` add to or override its query."""
+    tag = uuid.uuid4().hex[:12]
+    query: dict[str, str | int] = {
+        "task_queue": f"t-{tag}",
+        "id_prefix": f"{tag}-",
+        "payloads": str(tmp_path / "payloads"),
+        **params,
+    }
+    return f"temporal://{session_target()}/default?" + "&".join(
+        f"{k}={v}" for k, v in query.items()
+    )
+
+
 @contextlib.contextmanager
 def temporal_url(tmp_path: Path) -> Generator[str]:
-    """A fresh task queue and id prefix on the session's dev server. Payloads above 0
-    bytes go aside, so the corrupter reaches every stored value; a short history limit
-    makes every longer scenario cross a continue-as-new."""
-    tag = uuid.uuid4().hex[:12]
-    payloads = tmp_path / "payloads"
-    yield (
-        f"temporal://{session_target()}/default?task_queue=t-{tag}&id_prefix={tag}-"
-        f"&payloads={payloads}&payload_threshold=0&history_limit={HISTORY_LIMIT}"
-    )
+    """The matrix's Temporal store. Payloads above 0 bytes go aside, so the corrupter
+    reaches every stored value; a short history limit makes every longer scenario cross
+    a continue-as-new."""
+    yield fresh_url(tmp_path, payload_threshold=0, history_limit=HISTORY_LIMIT)
 
 
 def corrupt_event(url: str, run_id: str, seq: int) -> None:
@@ -60,7 +69,7 @@ def corrupt_event(url: str, run_id: str, seq: int) -> None:
     from temporalio.client import Client
 
     from perdure_temporal.payloads import DirectoryPayloads
-    from perdure_temporal.store import _read_execution  # pyright: ignore[reportPrivateUsage]
+    from perdure_temporal.store import read_history
     from perdure_temporal.url import TemporalUrl
 
     config = TemporalUrl.parse(url)
@@ -69,15 +78,7 @@ def corrupt_event(url: str, run_id: str, seq: int) -> None:
         # Read Temporal's event history itself: no worker needed (the test's own
         # worker is blocked while this runs), and nothing of ours in between.
         client = await Client.connect(config.target, namespace=config.namespace)
-        wid = f"{config.id_prefix}{run_id}"
-        executions: list[list[dict[str, Any]]] = []
-        execution: str | None = None
-        while True:
-            rows, execution = await _read_execution(client, wid, execution)
-            executions.append(rows)
-            if execution is None:
-                break
-        history = [row for rows in reversed(executions) for row in rows]
+        history = await read_history(client, f"{config.id_prefix}{run_id}")
         if seq >= len(history):
             raise LookupError(f"{url}: run {run_id!r} has no history event #{seq}")
         ref: str | None = history[seq].get("data_ref")
