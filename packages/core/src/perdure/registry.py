@@ -92,6 +92,6 @@ def state_url(url: str) -> str:
             raise ConfigurationError(f"{ep.value} mapped {url!r} to {mapped!r}, not a SQL URL")
         return mapped
     raise ConfigurationError(
-        f"adapter state on {scheme!r} URLs is not supported (in {url!r}): it needs "
-        "sqlite:///, postgresql:// or a backend that names its SQL database"
+        f"adapter state on {scheme}:// URLs is not supported: it needs sqlite:///, "
+        "postgresql:// or a backend that names its SQL database"
     )

@@ -59,16 +59,11 @@ def parse_url(url: str) -> SqliteTarget | PostgresTarget:
     A DBOS URL (``dbos+sqlite:///...``, ``dbos+postgresql://...[?schema=x]``) names the
     database of DBOS's system tables: the checkpoints live there too.
     """
-    if url[:5].lower() == "dbos+":
-        url = url[5:]
-    elif "://" in url and url.split("://", 1)[0].lower() not in (
-        "sqlite",
-        "postgresql",
-        "postgres",
-    ):
+    if "://" in url:
         from perdure.registry import state_url
 
-        url = state_url(url)  # e.g. Temporal: the SQL database its URL names for adapters
+        # The backend's SQL database: this URL, DBOS's own, or what e.g. Temporal names.
+        url = state_url(url)
     try:
         parts = urlsplit(url)
     except ValueError as exc:
