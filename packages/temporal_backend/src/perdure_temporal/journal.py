@@ -301,6 +301,8 @@ class PerdureRun:
         workflow.upsert_search_attributes(updates)
 
 
-#: How long a workflow task may take before Temporal hands it to another worker; ours
-#: are tiny, and a SIGKILLed worker's task should move on quickly.
-TASK_TIMEOUT = timedelta(seconds=2)
+#: How long a workflow task may take before Temporal hands it to another worker. Ours
+#: are tiny, but on a loaded machine a worker may not get the CPU for seconds; a task
+#: that times out leaves the workflow "in failed state" until it is retried, so this is
+#: generous. A SIGKILLed worker's task moves on after the sticky timeout, not this one.
+TASK_TIMEOUT = timedelta(seconds=10)

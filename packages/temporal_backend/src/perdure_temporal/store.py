@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -55,6 +56,7 @@ from perdure.errors import (
 )
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus, SignalRecord
 from perdure.store import Lease, NewRun, RunUpdate, Store
+from perdure_temporal.faults import is_transient, ride_out
 from perdure_temporal.journal import (
     DUE_AT,
     INVALID_STATE,
@@ -255,11 +257,20 @@ class TemporalStore(Store):
 
     async def _update(self, run_id: str, name: str, arg: dict[str, Any]) -> Any:
         handle = self._handle(run_id)
+        # One id for every resend: Temporal applies an update id at most once, so an
+        # update whose RPC timed out after it was applied is not applied twice.
+        update_id = uuid.uuid4().hex
+
+        async def execute() -> Any:
+            return await ride_out(
+                f"{name} of run {run_id!r}",
+                lambda: handle.execute_update(name, arg, id=update_id),
+            )
 
         async def send() -> Any:
             for _ in range(4):
                 try:
-                    return await handle.execute_update(name, arg)
+                    return await execute()
                 except RPCError as exc:
                     # The execution closed under the update (it continued as new): the
                     # update did not apply there; send it to the one now running.
@@ -267,7 +278,7 @@ class TemporalStore(Store):
                         await self._not_found(run_id), _StillRunning
                     ):
                         raise
-            return await handle.execute_update(name, arg)
+            return await execute()
 
         return await self._call(run_id, send)
 
@@ -286,16 +297,18 @@ class TemporalStore(Store):
                     )
                 except TimeoutError:
                     why = f"no answer in {timeout.total_seconds():g}s"
+                except WorkflowQueryFailedError as exc:
+                    # "Workflow Task in failed state": its task is being retried.
+                    if not is_transient(exc):
+                        raise
+                    why = str(exc)
                 except RPCError as exc:
                     if exc.status == RPCStatusCode.NOT_FOUND:
                         # Also what Temporal answers when the sticky worker is gone.
                         missing = await self._not_found(run_id)
                         if not isinstance(missing, _StillRunning):
                             raise missing from None
-                    elif exc.status not in (
-                        RPCStatusCode.CANCELLED,
-                        RPCStatusCode.DEADLINE_EXCEEDED,
-                    ):
+                    elif not is_transient(exc):
                         raise
                     why = f"{exc.status.name}: {exc.message}"
                 log.debug("query of run %s failed (%s); resetting stickiness", run_id, why)
@@ -379,20 +392,23 @@ class TemporalStore(Store):
             "data_ref": ref,
         }
         try:
-            await self.client.start_workflow(
-                PerdureRun.main,
-                {"run": run, "event": event, "history_limit": self.config.history_limit},
-                id=self.workflow_id(new.run_id),
-                task_queue=self.config.task_queue,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                task_timeout=TASK_TIMEOUT,
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(STATUS, RunStatus.RUNNING.value),
-                        SearchAttributePair(WORKFLOW, new.workflow),
-                        SearchAttributePair(DUE_AT, now + lease_seconds),
-                    ]
+            await ride_out(
+                f"start of run {new.run_id!r}",
+                lambda: self.client.start_workflow(
+                    PerdureRun.main,
+                    {"run": run, "event": event, "history_limit": self.config.history_limit},
+                    id=self.workflow_id(new.run_id),
+                    task_queue=self.config.task_queue,
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                    task_timeout=TASK_TIMEOUT,
+                    search_attributes=TypedSearchAttributes(
+                        [
+                            SearchAttributePair(STATUS, RunStatus.RUNNING.value),
+                            SearchAttributePair(WORKFLOW, new.workflow),
+                            SearchAttributePair(DUE_AT, now + lease_seconds),
+                        ]
+                    ),
                 ),
             )
         except WorkflowAlreadyStartedError:

@@ -13,7 +13,7 @@ import threading
 from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from perdure_temporal.journal import PerdureRun
 
@@ -67,6 +67,10 @@ class JournalWorker:
             client,
             task_queue=self.task_queue,
             workflows=[PerdureRun],
+            # The journal imports only the standard library and temporalio and never
+            # reads a clock or a random source: the sandbox would only cost each task
+            # (under load, enough to time tasks out).
+            workflow_runner=UnsandboxedWorkflowRunner(),
             sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         )
         async with worker:
