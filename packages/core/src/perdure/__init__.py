@@ -52,6 +52,7 @@ from perdure.steps import (
     step,
     wait_for_signal,
 )
+from perdure.type_registry import allow_types, register_type
 from perdure.workflow import Workflow, workflow
 
 __all__ = [
@@ -81,6 +82,7 @@ __all__ = [
     "StepFailedError",
     "Workflow",
     "WorkflowNotFoundError",
+    "allow_types",
     "approve",
     "cancel",
     "configure",
@@ -96,6 +98,7 @@ __all__ = [
     "patched",
     "reconcile",
     "register_backend",
+    "register_type",
     "reject",
     "resume",
     "run",

@@ -1,9 +1,10 @@
 """Safe, explicit serialization: JSON values, dataclasses and pydantic models. No pickle.
 
 ``to_jsonable`` turns a value into plain JSON data; ``from_jsonable`` reverses it.
-Dataclasses and pydantic models are tagged with their import path and rebuilt only if
-that path names a dataclass or a pydantic model, so stored data can never make us call
-an arbitrary constructor.
+Dataclasses and pydantic models are tagged with their ``module:qualname`` and rebuilt
+only from the explicit type registry (``perdure.type_registry``): decoding never imports
+a module and never builds a class the program did not declare, and sets only the fields
+the class declares.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
-import importlib
 import json
 import sys
 from typing import Any, cast
 
+from perdure import type_registry
 from perdure.errors import SerializationError
 
 TAG = "__perdure__"
@@ -34,7 +35,8 @@ def _type_path(tp: type, where: str) -> str:
             f"{where}: {tp.__qualname__} is defined inside a function, so it could not be "
             "rebuilt on replay; define it at module level"
         )
-    return f"{tp.__module__}:{tp.__qualname__}"
+    type_registry.remember(tp)
+    return type_registry.type_path(tp)
 
 
 def to_jsonable(value: Any, where: str = "value") -> Any:
@@ -85,18 +87,7 @@ def to_jsonable(value: Any, where: str = "value") -> Any:
 
 
 def _resolve(path: str, where: str) -> type:
-    module_name, _, qualname = path.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise SerializationError(
-            f"{where}: stored type {path!r} cannot be imported: {exc}"
-        ) from exc
-    if not isinstance(obj, type):
-        raise SerializationError(f"{where}: stored type {path!r} is not a class")
-    return obj
+    return type_registry.lookup(path, where)
 
 
 def from_jsonable(data: Any, where: str = "value") -> Any:
@@ -130,25 +121,39 @@ def _decode_tagged(tag: str, v: Any, obj: dict[str, Any], where: str) -> Any:
     if tag == "float":
         return float(cast(str, v))
     if tag == "pydantic":
-        path = str(obj["t"])
+        path = _stored_path(obj, where)
         tp = _resolve(path, where)
         base = _pydantic_base()
         if base is None or not issubclass(tp, base):
             raise SerializationError(f"{where}: {path!r} is not a pydantic model")
         return cast(Any, tp).model_validate(from_jsonable(v, where))
     if tag == "dataclass":
-        path = str(obj["t"])
+        path = _stored_path(obj, where)
         tp = _resolve(path, where)
         if not dataclasses.is_dataclass(tp):
             raise SerializationError(f"{where}: {path!r} is not a dataclass")
+        if not isinstance(v, dict):
+            raise SerializationError(f"{where}: stored {path!r} fields are not an object")
+        fields = {f.name: f for f in dataclasses.fields(tp)}
+        undeclared = sorted(set(cast(dict[str, Any], v)) - set(fields))
+        if undeclared:
+            raise SerializationError(
+                f"{where}: stored {path!r} has fields {undeclared} its class does not declare"
+            )
         values = {k: from_jsonable(x, where) for k, x in cast(dict[str, Any], v).items()}
-        init = {f.name for f in dataclasses.fields(tp) if f.init}
-        built = tp(**{k: x for k, x in values.items() if k in init})
+        built = tp(**{k: x for k, x in values.items() if fields[k].init})
         for k, x in values.items():
-            if k not in init:
+            if not fields[k].init:  # declared with init=False: set as the class would
                 object.__setattr__(built, k, x)
         return built
     raise SerializationError(f"{where}: unknown stored value tag {tag!r}")
+
+
+def _stored_path(obj: dict[str, Any], where: str) -> str:
+    path = obj.get("t")
+    if not isinstance(path, str):
+        raise SerializationError(f"{where}: stored type name {path!r} is not a string")
+    return path
 
 
 def dumps(data: Any) -> str:

@@ -17,6 +17,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from perdure.context import StepKind, StepSpec, current_run, current_step_key
 from perdure.errors import PerdureError
 from perdure.retry import DEFAULT_RETRY, RetryPolicy
+from perdure.type_registry import register_annotations
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -51,6 +52,7 @@ def _decorator(
 ) -> Callable[[Callable[P, Any]], Callable[P, Awaitable[Any]]]:
     def wrap(fn: Callable[P, Any]) -> Callable[P, Awaitable[Any]]:
         spec = StepSpec(name or fn.__name__, kind, retry, idempotent_receiver, compensate)
+        register_annotations(fn)  # its result is rebuilt from history on replay
 
         @functools.wraps(fn)
         async def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:

@@ -10,6 +10,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from perdure.errors import ConfigurationError, WorkflowNotFoundError
 from perdure.locate import importable_name
+from perdure.type_registry import register_annotations
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -74,6 +75,7 @@ def workflow(
         module = importable_name(f.__module__)
         wf = Workflow(f, name or f"{module}:{f.__qualname__}", version)
         register_workflow(wf)
+        register_annotations(f)  # its inputs and result are rebuilt from history
         return wf
 
     return register(fn) if fn is not None else register

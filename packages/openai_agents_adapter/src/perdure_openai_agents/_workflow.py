@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import typing
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from agents import Agent, RunConfig, Runner
 from agents.lifecycle import RunHooksBase
@@ -195,6 +196,21 @@ def _resolve_here(ref: str, what: str, run_id: str) -> Any:
         raise determinism_error(perdure.DeterminismError(run_id, what, str(exc))) from exc
 
 
+def register_agent_types(agent: Agent[Any], seen: set[int] | None = None) -> None:
+    """Stored outputs and contexts rebuild only registered types: register the ones this
+    agent and the agents it hands off to declare (``output_type``, ``Agent[Context]``)."""
+    seen = set() if seen is None else seen
+    if id(agent) in seen:
+        return
+    seen.add(id(agent))
+    perdure.register_type(
+        agent.output_type, *typing.get_args(getattr(agent, "__orig_class__", None))
+    )
+    for handoff in agent.handoffs:
+        if isinstance(handoff, Agent):
+            register_agent_types(cast(Agent[Any], handoff), seen)
+
+
 async def _drive(spec: dict[str, Any], run_id: str, local: Local | None) -> dict[str, Any]:
     if local is not None and local.agent is not None:
         agent = local.agent
@@ -204,6 +220,7 @@ async def _drive(spec: dict[str, Any], run_id: str, local: Local | None) -> dict
         raise perdure.ConfigurationError(
             f"{spec['agent']!r} names a {type(agent).__name__}, not an agent"
         )
+    register_agent_types(agent)
     run_config: Any = None
     if local is not None and local.run_config is not None:
         run_config = local.run_config
