@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from perdure.masking import mask_text
+
 
 class PerdureError(Exception):
-    """Base class of every error perdure raises."""
+    """Base class of every error perdure raises.
+
+    Its message passes through ``mask_text``: a URL or ``password=`` quoted in any typed
+    error never shows the password.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(mask_text(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigurationError(PerdureError):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from perdure.errors import ConfigurationError
+from perdure.masking import mask_url
 
 #: Used when neither an argument nor ``PERDURE_URL`` names a store.
 DEFAULT_URL = "sqlite:///perdure.db"
@@ -43,14 +44,8 @@ def resolve_url(url: str | None) -> str:
 
 
 def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (safe for error messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+    """``url`` with any password replaced by ``***``: core's one masking function."""
+    return mask_url(url)
 
 
 def parse_url(url: str) -> SqliteTarget | PostgresTarget:

@@ -13,7 +13,6 @@ import sys
 import traceback
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 import typer
@@ -28,6 +27,8 @@ from perdure.errors import (
     PerdureError,
     RunNotFoundError,
 )
+from perdure.masking import mask_text
+from perdure.masking import mask_url as mask_url
 from perdure.records import RunStatus
 from perdure.registry import open_backend
 
@@ -98,8 +99,8 @@ def report(exc: BaseException) -> int:
     """Print ``error: <message>`` on stderr (and the traceback under PERDURE_DEBUG=1)."""
     code = exit_code_for(exc)
     if debug_enabled():
-        sys.stderr.write("".join(traceback.format_exception(exc)))
-    message = str(exc).strip() or type(exc).__name__
+        sys.stderr.write(mask_text("".join(traceback.format_exception(exc))))
+    message = mask_text(str(exc).strip()) or type(exc).__name__
     if code == EXIT_ERROR and not isinstance(exc, PerdureError | CliError):
         message = f"{type(exc).__name__}: {message}"
     message = " ".join(message.split())
@@ -159,21 +160,6 @@ async def connected(url: str | None) -> AsyncGenerator[Backend, None]:
         yield backend
     finally:
         await backend.close()
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***`` (for printing)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port is not None else ""
-        netloc = f"{user}:***@{host}{port}"
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    except ValueError:
-        return url
 
 
 def default_user() -> str | None:
