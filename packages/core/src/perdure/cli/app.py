@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
+from perdure.cli import console, ops, replay, runs, worker
 from perdure.cli import demo as demo_mod
-from perdure.cli import ops, replay, runs, worker
 from perdure.cli.common import execute, guard
 
 EPILOG = (
@@ -266,6 +266,29 @@ def replay_cmd(
         execute(lambda: replay.replay(url, run, limit))
 
     guard(body)
+
+
+@app.command("console")
+def console_cmd(
+    url: Url = None,
+    host: Annotated[
+        str,
+        typer.Option("--host", help="Interface to listen on (keep it on loopback behind a proxy)."),
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="Port.")] = 8765,
+    secret_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--secret-file",
+            help="File holding the operators' shared login secret; default: "
+            "$PERDURE_CONSOLE_SECRET, else one made up and printed at start.",
+            show_default=False,
+            dir_okay=False,
+        ),
+    ] = None,
+) -> None:
+    """Serve the web console: runs, stuck ages, approvals, reconcile, timelines, /metrics."""
+    guard(lambda: console.serve(url, host, port, secret_file))
 
 
 @app.command("demo")

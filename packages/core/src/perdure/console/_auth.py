@@ -1,0 +1,97 @@
+"""Who the operator is: a shared-secret login kept in a signed session cookie, and the
+CSRF token every form that acts carries."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+
+#: The session cookie lives this long without a new login.
+SESSION_SECONDS = 8 * 3600
+COOKIE = "perdure_console"
+#: An operator name is recorded in history (``by=``): short, printable, no markup.
+_NAME = re.compile(r"^[\w.@+-][\w .@+-]{0,63}$")
+
+
+class LoginError(ValueError):
+    """The login form was wrong; the message says what, never the secret."""
+
+
+@dataclass(frozen=True, slots=True)
+class SharedSecret:
+    """Operators log in with a name of their choice and one secret they share.
+
+    The session cookie is signed with a key derived from the secret, so a restarted
+    console keeps its sessions and changing the secret ends them all.
+    """
+
+    secret: str
+
+    def __post_init__(self) -> None:
+        if len(self.secret) < 8:
+            raise ValueError("the console secret must be at least 8 characters")
+
+    @property
+    def session_key(self) -> str:
+        return hmac.new(
+            self.secret.encode(), b"perdure-console-session", hashlib.sha256
+        ).hexdigest()
+
+    def login(self, name: str, secret: str) -> str:
+        """The operator's identity, or ``LoginError``."""
+        name = " ".join(name.split())
+        if not _NAME.match(name):
+            raise LoginError(
+                "the name must be 1-64 letters, digits, spaces or . @ + - _ "
+                "(it is recorded in run histories)"
+            )
+        if not hmac.compare_digest(secret.encode(), self.secret.encode()):
+            raise LoginError("wrong secret")
+        return name
+
+
+def _session(request: Request) -> dict[str, Any]:
+    session: dict[str, Any] = request.session
+    return session
+
+
+def operator(request: Request) -> str | None:
+    """The logged-in operator of this request, if any."""
+    name = _session(request).get("operator")
+    return name if isinstance(name, str) else None
+
+
+def sign_in(request: Request, name: str) -> None:
+    session = _session(request)
+    session.clear()  # a new session id and CSRF token at each login: no fixation
+    session["operator"] = name
+    session["csrf"] = secrets.token_urlsafe(32)
+
+
+def sign_out(request: Request) -> None:
+    _session(request).clear()
+
+
+def csrf_token(request: Request) -> str:
+    """This session's CSRF token (created on first use, also before login)."""
+    session = _session(request)
+    token = session.get("csrf")
+    if not isinstance(token, str):
+        token = secrets.token_urlsafe(32)
+        session["csrf"] = token
+    return token
+
+
+def csrf_ok(request: Request, submitted: str | None) -> bool:
+    token = _session(request).get("csrf")
+    return (
+        isinstance(token, str)
+        and isinstance(submitted, str)
+        and hmac.compare_digest(token.encode(), submitted.encode())
+    )
