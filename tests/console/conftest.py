@@ -4,10 +4,18 @@ test and a real headless Chromium (Debian's, driven by Playwright)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from console_support import CHROMIUM, CHROMIUM_ARGS, ConsoleProcess, console_process
 from playwright.async_api import Browser, async_playwright
+
+from perdure.registry import open_backend
+from perdure.testing.plugin import store_factory, store_names
+
+#: Scenarios beyond the first run on the embedded columns only (one each elsewhere).
+EMBEDDED = [name for name in store_names() if name in ("sqlite", "postgresql")]
 
 
 @pytest.fixture
@@ -27,3 +35,25 @@ async def browser() -> AsyncIterator[Browser]:
             yield launched
         finally:
             await launched.close()
+
+
+@pytest.fixture(params=EMBEDDED)
+def embedded_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh SQLite or PostgreSQL store (the scenarios every embedded column runs)."""
+    with store_factory(request.param)(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+async def embedded(embedded_url: str) -> Any:
+    backend = open_backend(embedded_url)
+    await backend.open()
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+@pytest.fixture
+def embedded_console(embedded_url: str) -> Iterator[ConsoleProcess]:
+    yield from console_process(embedded_url)

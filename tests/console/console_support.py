@@ -33,7 +33,7 @@ class ConsoleProcess:
     process: subprocess.Popen[str]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -57,7 +57,7 @@ def _await_listening(proc: subprocess.Popen[str], base: str, deadline: float) ->
 
 
 def console_process(url: str) -> Iterator[ConsoleProcess]:
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "PERDURE_CONSOLE_SECRET": SECRET,

@@ -6,21 +6,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-from console_support import SECRET, ConsoleProcess, console_process
+from console_support import SECRET, ConsoleProcess
 from console_workflows import refund, transfer
 from playwright.async_api import Browser, Page, expect
 
 from perdure.backend import Backend
 from perdure.records import EventKind, RunStatus
-from perdure.registry import open_backend
-from perdure.testing.plugin import store_factory, store_names
-
-EMBEDDED = [name for name in store_names() if name in ("sqlite", "postgresql")]
 
 
 async def log_in(page: Page, console: ConsoleProcess, name: str = "alice") -> None:
@@ -77,28 +70,6 @@ async def test_operator_approves_a_suspended_run_and_sees_approver_and_wait(
         page.get_by_test_id("timeline").locator("li[data-kind=signal_received]")
     ).to_contain_text("sent by alice")
     await expect(page.get_by_test_id("result")).to_contain_text("refunded 1299 on order-42")
-
-
-@pytest.fixture(params=EMBEDDED)
-def embedded_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh SQLite or PostgreSQL store (the scenarios every embedded column runs)."""
-    with store_factory(request.param)(tmp_path) as url:
-        yield url
-
-
-@pytest.fixture
-async def embedded(embedded_url: str) -> Any:
-    backend = open_backend(embedded_url)
-    await backend.open()
-    try:
-        yield backend
-    finally:
-        await backend.close()
-
-
-@pytest.fixture
-def embedded_console(embedded_url: str) -> Iterator[ConsoleProcess]:
-    yield from console_process(embedded_url)
 
 
 async def test_needs_attention_run_reconciled_from_the_page(

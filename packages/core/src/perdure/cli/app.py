@@ -231,13 +231,24 @@ def worker_cmd(
     concurrency: Annotated[
         int, typer.Option("--concurrency", "-c", min=1, help="Runs driven at once.")
     ] = 100,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=1,
+            max=65535,
+            help="Expose Prometheus metrics on http://127.0.0.1:PORT/metrics "
+            "(needs perdure[metrics]).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Import MODULEs, then recover and drive their runs until SIGINT/SIGTERM."""
 
     def body() -> None:
         names = worker.import_targets(modules)
         worker.setup_logging()
-        execute(lambda: worker.serve(url, names, concurrency))
+        execute(lambda: worker.serve(url, names, concurrency, metrics_port))
 
     guard(body)
 

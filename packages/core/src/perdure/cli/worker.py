@@ -15,6 +15,8 @@ from pathlib import Path
 from rich.logging import RichHandler
 from rich.markup import escape
 
+from perdure import metrics
+from perdure.backend import Backend
 from perdure.cli.common import UsageProblem, connected, err, mask_url
 from perdure.errors import ConfigurationError
 from perdure.workflow import registered_workflows
@@ -79,7 +81,34 @@ def setup_logging() -> None:
     logger.propagate = False
 
 
-async def serve(url: str | None, modules: Sequence[str], concurrency: int) -> None:
+#: How often a worker with --metrics-port re-reads the backend's runs for the state gauges.
+STATE_REFRESH_SECONDS = 15.0
+
+
+async def _refresh_state(backend: Backend, stop: asyncio.Event) -> None:
+    """Keep the runs-by-status gauges current: one list query per interval."""
+    while not stop.is_set():
+        try:
+            await metrics.refresh(backend)
+        except Exception:
+            log.warning("metrics: reading the runs failed; retrying", exc_info=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), STATE_REFRESH_SECONDS)
+
+
+def _serve_metrics(port: int) -> None:
+    try:
+        metrics.serve_http(port)
+    except ImportError as exc:
+        raise ConfigurationError(f"--metrics-port: {exc}") from exc
+    except OSError as exc:
+        raise UsageProblem(f"--metrics-port {port}: {exc.strerror or exc}") from exc
+    log.info("metrics on http://127.0.0.1:%d/metrics", port)
+
+
+async def serve(
+    url: str | None, modules: Sequence[str], concurrency: int, metrics_port: int | None = None
+) -> None:
     names = registered_workflows()
     if not names:
         raise ConfigurationError(
@@ -116,7 +145,16 @@ async def serve(url: str | None, modules: Sequence[str], concurrency: int) -> No
                 + f", concurrency {concurrency}; workflows: {escape(', '.join(names))}",
                 soft_wrap=True,
             )
-            await backend.serve(stop=stop, concurrency=concurrency)
+            refresher: asyncio.Task[None] | None = None
+            if metrics_port is not None:
+                _serve_metrics(metrics_port)
+                refresher = asyncio.create_task(_refresh_state(backend, stop))
+            try:
+                await backend.serve(stop=stop, concurrency=concurrency)
+            finally:
+                if refresher is not None:
+                    stop.set()
+                    await refresher
         log.info("worker stopped")
     finally:
         for s in installed:

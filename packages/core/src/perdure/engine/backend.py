@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from perdure import metrics, tracing
 from perdure.backend import Backend, ReconcileOutcome, RunHandle
 from perdure.engine.driver import RunDriver, encode_input
 from perdure.engine.owners import new_owner_id, owner_is_dead
@@ -150,6 +151,7 @@ class EmbeddedBackend(Backend):
             encode_input(run_id, args, kwargs),
             workflow.code_version,
             parent_run_id,
+            details=tracing.start_context(run_id, workflow.name),
         )
         _, lease = await self.store.create_run(new, self.owner, self.lease_seconds)
         if lease is not None:
@@ -306,7 +308,8 @@ class EmbeddedBackend(Backend):
                 and owner_is_dead(info.owner)
             ):
                 with contextlib.suppress(RunNotFoundError):
-                    await self._try_take(info)
+                    if await self._try_take(info) is not None:
+                        metrics.observe_recovery(info.workflow)
 
     async def _held_runs(self) -> list[RunInfo]:
         """Runs that may hold a lease now (running or pending): where dead owners hide."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING, Any, cast
 
 from perdure.context import StepSpec, current_run
@@ -13,6 +14,7 @@ from perdure.errors import DeterminismError, LeaseLostError, SerializationError,
 from perdure.records import EventKind, NewEvent, RunInfo, RunStatus
 from perdure.serialization import from_jsonable, to_jsonable
 from perdure.store import Lease, RunUpdate, Store
+from perdure.telemetry import DriveObserver
 from perdure.workflow import Workflow
 
 if TYPE_CHECKING:
@@ -35,6 +37,7 @@ class RunDriver:
         # Parallel steps (asyncio tasks of one run) append one at a time: each write
         # takes the next sequence number of the lease.
         self._writing = asyncio.Lock()
+        self.observer = DriveObserver(lease.run_id)
 
     async def append(
         self,
@@ -44,6 +47,7 @@ class RunDriver:
         update: RunUpdate | None = None,
     ) -> None:
         async with self._writing:
+            started = time.perf_counter()
             await self.store.append(
                 self.lease,
                 events,
@@ -51,6 +55,7 @@ class RunDriver:
                 update=update,
                 consume_signal=consume_signal,
             )
+            self.observer.appended(events, time.perf_counter() - started)
 
     async def drive(self) -> RunStatus | None:
         """Run the workflow to its next stop. Returns the status written, or None when
@@ -65,13 +70,19 @@ class RunDriver:
             return await self._park_broken(exc)
         ctx = EmbeddedRunContext(self, history)
         token = current_run.set(ctx)
+        self.observer.began(info)
         try:
-            return await self._drive(ctx, args, kwargs)
+            status = await self._drive(ctx, args, kwargs)
         except LeaseLostError:
             log.info("run %s: lease lost to another owner; stopping this drive", run_id)
-            return None
+            status = None
+        except BaseException as exc:
+            self.observer.ended(None, exc)
+            raise
         finally:
             current_run.reset(token)
+        self.observer.ended(status)
+        return status
 
     async def _drive(
         self, ctx: EmbeddedRunContext, args: list[Any], kwargs: dict[str, Any]

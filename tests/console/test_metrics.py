@@ -1,0 +1,107 @@
+"""Prometheus figures scraped during a run match the run's history: the console's
+/metrics counts what the backend holds, a worker's --metrics-port what it drove."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from console_support import ConsoleProcess, free_port
+from prometheus_client.parser import text_string_to_metric_families
+
+from perdure.backend import Backend
+from perdure.records import EventKind, RunStatus
+from perdure.testing.processes import Processes
+
+HERE = Path(__file__).parent
+WORKFLOW = "console_workflows:refund"
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    found: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            found[(s.name, frozenset(s.labels.items()))] = s.value
+    return found
+
+
+def value(figures: dict[Any, float], name: str, **labels: str) -> float:
+    key = (name, frozenset(labels.items()))
+    assert key in figures, f"no sample {name}{labels}; have {sorted(k for k, _ in figures)}"
+    return figures[key]
+
+
+def scrape_when_up(url: str, deadline: float) -> str:
+    """GET ``url`` once its server listens (the worker process is starting)."""
+    with httpx.Client(timeout=5.0) as client:
+        while True:
+            try:
+                return client.get(url).raise_for_status().text
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)  # a refused connection returns at once: pace the retries
+
+
+async def test_scraped_figures_match_the_history(
+    embedded: Backend, embedded_url: str, embedded_console: ConsoleProcess
+) -> None:
+    run_id = f"refund-{uuid.uuid4().hex[:8]}"
+    procs = Processes(embedded_url, pythonpath=[HERE])
+    try:
+        first = procs.drive("console_workflows", WORKFLOW, "order-5", 700, run_id=run_id)
+        assert first.wait() == 0, first.output()
+        suspended = await embedded.get_run(run_id)
+        assert suspended.status is RunStatus.SUSPENDED
+
+        # the console's /metrics: what the backend holds, read at scrape time
+        before = time.time()
+        held = samples(httpx.get(f"{embedded_console.base}/metrics", timeout=30).text)
+        after = time.time()
+        assert value(held, "perdure_runs", status="suspended", workflow=WORKFLOW) == 1
+        assert value(held, "perdure_suspended_runs", signal="approval") == 1
+        oldest = value(held, "perdure_suspended_oldest_age_seconds", signal="approval")
+        assert before - suspended.updated_at - 1 <= oldest <= after - suspended.updated_at + 1
+
+        # a worker with --metrics-port resumes the run once it is approved
+        port = free_port()
+        worker = procs.spawn(
+            "-m", "perdure", "worker", "console_workflows", "--url", embedded_url,
+            "--metrics-port", str(port),
+        )  # fmt: skip
+        worker_metrics = f"http://127.0.0.1:{port}/metrics"
+        scrape_when_up(worker_metrics, time.monotonic() + 60)
+        await embedded.signal(run_id, "approval", {"approved": True}, by="ops")
+        done = await embedded.wait(run_id, timeout=120, drive=False)
+        assert done.status is RunStatus.SUCCEEDED, worker.output()
+
+        drove = samples(scrape_when_up(worker_metrics, time.monotonic() + 30))
+        events = await embedded.history(run_id)
+        paid = next(e for e in events if e.kind is EventKind.STEP_COMPLETED and e.name == "pay_out")
+        signal = next(e for e in events if e.kind is EventKind.SIGNAL_RECEIVED)
+        assert value(drove, "perdure_steps_total", step="pay_out", outcome="completed") == 1
+        assert value(drove, "perdure_step_duration_seconds_count", step="pay_out") == 1
+        assert value(drove, "perdure_step_duration_seconds_sum", step="pay_out") == pytest.approx(
+            paid.data["duration"], abs=1e-6
+        )
+        assert value(drove, "perdure_step_attempts_sum", step="pay_out", outcome="completed") == 1
+        assert value(drove, "perdure_signal_wait_seconds_count", signal="approval") == 1
+        assert value(drove, "perdure_signal_wait_seconds_sum", signal="approval") == pytest.approx(
+            signal.data["waited"], abs=1e-6
+        )
+        # the quote step ran in the first process: this worker did not count it
+        assert (
+            "perdure_steps_total",
+            frozenset({("step", "quote"), ("outcome", "completed")}),
+        ) not in drove
+        # writes: signal + step + end at least, each timed
+        assert value(drove, "perdure_store_round_trip_seconds_count") >= 2
+        text = json.dumps(sorted(str(k) for k in drove))
+        assert run_id not in text, "no run id may be a label"
+    finally:
+        procs.close()
