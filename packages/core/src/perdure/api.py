@@ -61,7 +61,8 @@ async def start(
     Starting is idempotent: an existing ``run_id`` returns the existing run.
     """
     backend = await connect(url)
-    return await backend.start(workflow, args, kwargs, run_id=run_id or uuid.uuid4().hex)
+    rid = uuid.uuid4().hex if run_id is None else run_id  # "" is refused, not replaced
+    return await backend.start(workflow, args, kwargs, run_id=rid)
 
 
 async def run(

@@ -7,8 +7,10 @@ user's code never names the class, a URL picks it (``perdure.connect``).
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from perdure.errors import (
@@ -19,15 +21,55 @@ from perdure.errors import (
 )
 from perdure.records import Event, RunInfo, RunStatus
 from perdure.serialization import from_jsonable
+from perdure.validation import check_name
 from perdure.workflow import Workflow
 
 ReconcileOutcome = Literal["succeeded", "failed", "retry"]
 
+#: The names each entry point takes from its caller, and how an error calls them.
+_NAMES: dict[str, dict[str, str]] = {
+    "start": {"run_id": "run id", "parent_run_id": "parent run id"},
+    "get_run": {"run_id": "run id"},
+    "history": {"run_id": "run id"},
+    "signal": {"run_id": "run id", "name": "signal name", "by": "identity"},
+    "cancel": {"run_id": "run id"},
+    "resume": {"run_id": "run id"},
+    "reconcile": {"run_id": "run id", "step_key": "step key", "by": "identity"},
+    "wait": {"run_id": "run id"},
+}
+
+
+def _validating(fn: Callable[..., Any], names: dict[str, str]) -> Callable[..., Any]:
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    async def checked(*args: Any, **kwargs: Any) -> Any:
+        given = signature.bind(*args, **kwargs).arguments
+        for param, field in names.items():
+            value = given.get(param)
+            if value is not None:
+                check_name(value, field)
+        return await fn(*args, **kwargs)
+
+    checked.__perdure_validated__ = True  # type: ignore[attr-defined]
+    return checked
+
 
 class Backend(ABC):
-    """A substrate that stores and drives durable runs."""
+    """A substrate that stores and drives durable runs.
+
+    Every subclass's entry points check the names they are given (``perdure.validation``)
+    before running, so all backends accept and refuse the same run ids and names.
+    """
 
     url: str
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for method, names in _NAMES.items():
+            fn = cls.__dict__.get(method)
+            if inspect.iscoroutinefunction(fn) and not hasattr(fn, "__perdure_validated__"):
+                setattr(cls, method, _validating(fn, names))
 
     async def __aenter__(self) -> Backend:
         await self.open()

@@ -134,3 +134,15 @@ class NeedsAttentionError(PerdureError):
         )
         self.run_id = run_id
         self.step_key = step_key
+
+
+class InvalidInputError(PerdureError, ValueError):
+    """A run id, step name or signal name cannot be used: empty, too long, holding NUL
+    or not valid Unicode. ``field`` names which argument."""
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"invalid {field} {shown}: {reason}")
+        self.field = field

@@ -18,6 +18,7 @@ from perdure.context import StepKind, StepSpec, current_run, current_step_key
 from perdure.errors import PerdureError
 from perdure.retry import DEFAULT_RETRY, RetryPolicy
 from perdure.type_registry import register_annotations
+from perdure.validation import check_name
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -51,7 +52,8 @@ def _decorator(
     compensate: Callable[[Any], Any] | None,
 ) -> Callable[[Callable[P, Any]], Callable[P, Awaitable[Any]]]:
     def wrap(fn: Callable[P, Any]) -> Callable[P, Awaitable[Any]]:
-        spec = StepSpec(name or fn.__name__, kind, retry, idempotent_receiver, compensate)
+        step_name = check_name(name or fn.__name__, "step name")
+        spec = StepSpec(step_name, kind, retry, idempotent_receiver, compensate)
         register_annotations(fn)  # its result is rebuilt from history on replay
 
         @functools.wraps(fn)
@@ -113,7 +115,7 @@ def effect(
 
 async def run_step(name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """Run ``fn(*args, **kwargs)`` as a recorded step called ``name``."""
-    return await _dispatch(StepSpec(name), fn, args, kwargs)
+    return await _dispatch(StepSpec(check_name(name, "step name")), fn, args, kwargs)
 
 
 def idempotency_key() -> str:
@@ -144,6 +146,7 @@ async def wait_for_signal(
     ``timeout`` seconds. ``details`` (JSON data saying what is pending) is shown on the
     suspended run by ``perdure runs list`` and ``get_run(...).attention``.
     """
+    check_name(name, "signal name")
     ctx = current_run.get()
     if ctx is None:
         raise PerdureError(f"wait_for_signal({name!r}) needs a durable run")

@@ -23,6 +23,7 @@ from perdure.config import resolve_url
 from perdure.errors import (
     BackendUnavailableError,
     ConfigurationError,
+    InvalidInputError,
     InvalidRunStateError,
     PerdureError,
     RunNotFoundError,
@@ -47,6 +48,7 @@ _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (BackendUnavailableError, EXIT_UNAVAILABLE),
     (InvalidRunStateError, EXIT_INVALID_STATE),
     (ConfigurationError, EXIT_CONFIG),
+    (InvalidInputError, EXIT_USAGE),
 )
 
 

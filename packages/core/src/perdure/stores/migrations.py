@@ -223,34 +223,74 @@ def status_of(value: Any, run_id: str) -> RunStatus:
 
 
 def decode_run(row: Sequence[Any]) -> RunInfo:
-    """A ``RunInfo`` from a row selected as ``run_columns``."""
+    """A ``RunInfo`` from a row selected as ``run_columns``; ``CorruptHistoryError``
+    naming the run and column for a value that is not what the schema holds."""
     run_id = str(row[0])
     return RunInfo(
         run_id=run_id,
-        workflow=row[1],
+        workflow=_text(row[1], run_id, "workflow"),
         status=status_of(row[2], run_id),
         input=_json(row[3], run_id, 0, "input"),
         result=_json(row[4], run_id, None, "result"),
         error=_dict(row[5], run_id, "error"),
         code_version=row[6],
         owner=row[7],
-        lease_until=row[8],
-        fence=int(row[9]),
+        lease_until=_number(row[8], run_id, "lease_until", float, optional=True),
+        fence=_number(row[9], run_id, "fence", int),
         cancel_requested=bool(row[10]),
         waiting_for=row[11],
-        wake_at=row[12],
+        wake_at=_number(row[12], run_id, "wake_at", float, optional=True),
         attention=_dict(row[13], run_id, "attention"),
         parent_run_id=row[14],
         details=_dict(row[15], run_id, "details") or {},
-        created_at=row[16],
-        updated_at=row[17],
+        created_at=_number(row[16], run_id, "created_at", float),
+        updated_at=_number(row[17], run_id, "updated_at", float),
     )
+
+
+def listed_run(row: Sequence[Any]) -> RunInfo:
+    """``decode_run``, or for a corrupt row a run shown as needing attention with the
+    reason ``corrupt``: one bad row must not hide every other run from a listing."""
+    try:
+        return decode_run(row)
+    except CorruptHistoryError as exc:
+        created = row[16] if isinstance(row[16], int | float) else 0.0
+        updated = row[17] if isinstance(row[17], int | float) else created
+        return RunInfo(
+            run_id=str(row[0]),
+            workflow=row[1] if isinstance(row[1], str) else "?",
+            status=RunStatus.NEEDS_ATTENTION,
+            input=None,
+            created_at=float(created),
+            updated_at=float(updated),
+            attention={"reason": "corrupt", "message": str(exc)},
+        )
+
+
+def _text(value: Any, run_id: str, column: str) -> str:
+    if not isinstance(value, str):
+        raise CorruptHistoryError(run_id, None, f"{column} is a {type(value).__name__}, not text")
+    return value
+
+
+def _number(
+    value: Any, run_id: str, column: str, kind: type[int] | type[float], *, optional: bool = False
+) -> Any:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise CorruptHistoryError(run_id, None, f"{column} is {value!r}, not a number")
+    if kind is int and value != int(value):
+        raise CorruptHistoryError(run_id, None, f"{column} is {value!r}, not an integer")
+    return kind(value)
 
 
 def decode_event(row: Sequence[Any]) -> Event:
     """An ``Event`` from a row selected as ``EVENT_COLUMNS``."""
     run_id = str(row[0])
-    seq = int(row[1])
+    if isinstance(row[1], bool) or not isinstance(row[1], int):
+        raise CorruptHistoryError(run_id, None, f"event seq is {row[1]!r}, not an integer")
+    seq = row[1]
     try:
         kind = EventKind(row[2])
     except ValueError:

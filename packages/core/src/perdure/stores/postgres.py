@@ -44,6 +44,7 @@ from perdure.stores.migrations import (
     decode_signal,
     encode,
     encode_event,
+    listed_run,
     run_columns,
     status_of,
 )
@@ -440,7 +441,7 @@ class PostgresStore(Store):
         async with self._conn() as conn:
             cur = await conn.execute(sql.encode(), params)
             rows = await cur.fetchall()
-        return [decode_run(row) for row in rows]
+        return [listed_run(row) for row in rows]
 
     async def load_history(self, run_id: str) -> list[Event]:
         async with self._conn() as conn:

@@ -38,6 +38,7 @@ from perdure.stores.migrations import (
     decode_signal,
     encode,
     encode_event,
+    listed_run,
     run_columns,
     status_of,
 )
@@ -316,7 +317,7 @@ class SqliteStore(Store):
             "ORDER BY created_at DESC, rowid LIMIT :limit"
         )
         with self._read() as db:
-            return [decode_run(row) for row in db.execute(sql, params).fetchall()]
+            return [listed_run(row) for row in db.execute(sql, params).fetchall()]
 
     async def load_history(self, run_id: str) -> list[Event]:
         with self._read() as db:
