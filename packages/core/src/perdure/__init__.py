@@ -37,6 +37,7 @@ from perdure.errors import (
     SerializationError,
     SignalTimeoutError,
     StepFailedError,
+    SubstrateError,
     WorkflowNotFoundError,
 )
 from perdure.records import Event, EventKind, RunInfo, RunStatus
@@ -82,6 +83,7 @@ __all__ = [
     "SerializationError",
     "SignalTimeoutError",
     "StepFailedError",
+    "SubstrateError",
     "Workflow",
     "WorkflowNotFoundError",
     "allow_types",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import weakref
 from collections.abc import Sequence
 from typing import Any, ParamSpec, TypeVar
 
@@ -19,6 +20,10 @@ R = TypeVar("R")
 
 _backends: dict[str, Backend] = {}
 _default_url: str | None = None
+#: One lock per event loop: the first callers of ``connect`` on a URL open one backend.
+_opening: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def configure(url: str | None) -> None:
@@ -31,21 +36,28 @@ async def connect(url: str | None = None) -> Backend:
     """The opened backend for ``url`` (resolved as in DESIGN: argument, env, pyproject,
     default), shared within this process and event loop."""
     resolved = resolve_url(url or _default_url)
-    key = f"{id(asyncio.get_running_loop())}:{resolved}"
+    loop = asyncio.get_running_loop()
+    key = f"{id(loop)}:{resolved}"
     backend = _backends.get(key)
-    if backend is None:
-        backend = open_backend(resolved)
-        await backend.open()
-        _backends[key] = backend
+    if backend is not None:
+        return backend
+    async with _opening.setdefault(loop, asyncio.Lock()):
+        backend = _backends.get(key)  # again: the caller before us may have opened it
+        if backend is None:
+            backend = open_backend(resolved)
+            await backend.open()
+            _backends[key] = backend
     return backend
 
 
-async def shutdown() -> None:
-    """Close every backend this process opened (drives in flight are released)."""
+async def shutdown(*, grace: float | None = None) -> None:
+    """Drain and close every backend this process opened: no new work is taken,
+    in-flight steps finish and record (for up to ``grace`` seconds, default 30), then
+    their runs are released so another worker takes them over at once."""
     backends = list(_backends.values())
     _backends.clear()
     for backend in backends:
-        await backend.close()
+        await backend.shutdown(grace=grace)
 
 
 async def start(

@@ -84,7 +84,14 @@ class Backend(ABC):
 
     @abstractmethod
     async def close(self) -> None:
-        """Stop driving, release leases, close connections."""
+        """Stop driving, release leases, close connections (``shutdown`` with the
+        default grace period)."""
+
+    async def shutdown(self, *, grace: float | None = None) -> None:
+        """Drain, then close: take no new work, let in-flight steps finish and record
+        for up to ``grace`` seconds (default 30), release the runs for another worker.
+        A backend that drains on its own substrate overrides this."""
+        await self.close()
 
     @abstractmethod
     async def start(
@@ -211,5 +218,11 @@ def outcome(info: RunInfo) -> Any:
             raise DeterminismError(
                 info.run_id, str(attention.get("step_key")), str(attention.get("message"))
             )
-        raise NeedsAttentionError(info.run_id, str(attention.get("step_key")))
+        step_key = attention.get("step_key")
+        raise NeedsAttentionError(
+            info.run_id,
+            None if step_key is None else str(step_key),
+            reason=str(attention.get("reason") or "unknown-outcome"),
+            detail=None if attention.get("message") is None else str(attention["message"]),
+        )
     raise RuntimeError(f"run {info.run_id!r} is still {info.status.value}")

@@ -1,8 +1,37 @@
-"""Typed errors. Every message names what went wrong and where."""
+"""Typed errors. Every message names what went wrong and where.
+
+Substrate errors are classified where they arise, at the boundary of a ``Store`` or a
+``Backend``, into one of two kinds:
+
+* **transient** — ``BackendUnavailableError``: the database or server is away or busy
+  for now (connection lost or refused, server restarting or shutting down, lock or
+  statement timeouts, serialization failures, SQLite busy/locked/read-only/I-O errors).
+  A drive that meets one stops at once *without writing anything*; the workflow's code
+  never sees it (it unwinds like a cancellation, past ``except Exception``) and it is
+  never recorded as the run's failure. The run is retried with capped, jittered backoff
+  by this process or, once its lease expires, by any worker.
+* **permanent** — ``SubstrateError``: the substrate answered and retrying will not help
+  (schema missing or wrong, permission denied, a corrupt or wrongly shaped row,
+  ``CorruptHistoryError``). The run *parks* (``needs-attention``) with a reason naming
+  what and where, so an operator can fix it and ``perdure resume`` it.
+
+Only exceptions raised by user code fail a run.
+
+A backend author plugs in its substrate's own errors in one of three ways, most
+direct first: raise the typed errors above from the store/backend methods; override
+``Store.classify(exc)``; or ``register_classifier(fn)`` with a function that returns
+``"transient"``, ``"permanent"`` or ``None`` (not mine) for an exception. ``classify``
+consults them, following ``__cause__`` chains, so a wrapped driver error is found too.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
+
+#: What ``classify`` says about a substrate error.
+Fault = Literal["transient", "permanent"]
+Classifier = Callable[[BaseException], "Fault | None"]
 
 from perdure.masking import mask_text
 
@@ -23,7 +52,15 @@ class ConfigurationError(PerdureError):
 
 
 class BackendUnavailableError(PerdureError):
-    """The substrate (database, server) could not be reached."""
+    """Transient: the substrate (database, server) cannot be reached or used right now.
+
+    Retrying later may succeed; the operation that raised it wrote nothing.
+    """
+
+
+class SubstrateError(PerdureError):
+    """Permanent: the substrate refused in a way retrying will not fix (schema wrong,
+    permission denied, a corrupt row). The message names the substrate and the object."""
 
 
 class RunNotFoundError(PerdureError, LookupError):
@@ -42,14 +79,17 @@ class SerializationError(PerdureError, TypeError):
     """A value cannot be stored, or a stored value cannot be decoded."""
 
 
-class CorruptHistoryError(PerdureError):
+class CorruptHistoryError(SubstrateError):
     """A stored history row cannot be read back; the row is left untouched."""
 
-    def __init__(self, run_id: str, seq: int | None, detail: str) -> None:
+    def __init__(
+        self, run_id: str, seq: int | None, detail: str, *, step_key: str | None = None
+    ) -> None:
         where = f"run {run_id!r}" + (f" event #{seq}" if seq is not None else "")
         super().__init__(f"corrupt history in {where}: {detail}")
         self.run_id = run_id
         self.seq = seq
+        self.step_key = step_key
 
 
 class DeterminismError(PerdureError):
@@ -125,15 +165,34 @@ class RunCancelledError(PerdureError):
 
 
 class NeedsAttentionError(PerdureError):
-    """The run is parked: an effect's outcome is unknown and must be reconciled."""
+    """The run is parked until someone acts: an effect's outcome is unknown and must be
+    reconciled (``reason`` ``unknown-outcome``), or its history or substrate needs a fix
+    (then ``perdure resume``)."""
 
-    def __init__(self, run_id: str, step_key: str) -> None:
-        super().__init__(
-            f"run {run_id!r} needs attention: the outcome of step {step_key!r} is unknown; "
-            f"check the receiver, then `perdure reconcile {run_id} --step {step_key!r} ...`"
-        )
+    def __init__(
+        self,
+        run_id: str,
+        step_key: str | None,
+        *,
+        reason: str = "unknown-outcome",
+        detail: str | None = None,
+    ) -> None:
+        if reason == "unknown-outcome" and step_key is not None:
+            text = (
+                f"run {run_id!r} needs attention: the outcome of step {step_key!r} is "
+                f"unknown; check the receiver, then `perdure reconcile {run_id} "
+                f"--step {step_key!r} ...`"
+            )
+        else:
+            where = f" at step {step_key!r}" if step_key is not None else ""
+            text = (
+                f"run {run_id!r} needs attention ({reason}){where}: {detail or 'see its history'}"
+                f"; fix the cause, then `perdure resume {run_id}`"
+            )
+        super().__init__(text)
         self.run_id = run_id
         self.step_key = step_key
+        self.reason = reason
 
 
 class InvalidInputError(PerdureError, ValueError):
@@ -146,3 +205,31 @@ class InvalidInputError(PerdureError, ValueError):
             shown = shown[:77] + "..."
         super().__init__(f"invalid {field} {shown}: {reason}")
         self.field = field
+
+
+_classifiers: list[Classifier] = []
+
+
+def register_classifier(classifier: Classifier) -> None:
+    """Teach ``classify`` a substrate's own exceptions (idempotent per function)."""
+    if classifier not in _classifiers:
+        _classifiers.append(classifier)
+
+
+def classify(exc: BaseException) -> Fault | None:
+    """``"transient"``, ``"permanent"``, or ``None`` when ``exc`` is not a substrate
+    error anyone registered; looks through ``__cause__`` chains."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, BackendUnavailableError):
+            return "transient"
+        if isinstance(current, SubstrateError):
+            return "permanent"
+        for classifier in _classifiers:
+            fault = classifier(current)
+            if fault is not None:
+                return fault
+        current = current.__cause__
+    return None

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from perdure.errors import Fault, classify
 from perdure.records import Event, NewEvent, RunInfo, RunStatus, SignalRecord
 
 #: Statuses a worker may claim once the lease is free (suspended ones only when due).
@@ -58,9 +59,19 @@ class NewRun:
 
 
 class Store(ABC):
-    """Runs, histories and signal inboxes on one database."""
+    """Runs, histories and signal inboxes on one database.
+
+    Every method raises ``BackendUnavailableError`` when the database is away for now
+    and ``SubstrateError`` when it refuses for good (see ``perdure.errors``); a store
+    whose driver errors escape untyped overrides ``classify`` instead.
+    """
 
     url: str
+
+    def classify(self, exc: BaseException) -> Fault | None:
+        """Is ``exc``, raised by one of this store's methods, ``"transient"`` (retry the
+        drive later) or ``"permanent"`` (park the run)? ``None``: not a substrate error."""
+        return classify(exc)
 
     @abstractmethod
     async def open(self) -> None:

@@ -242,13 +242,23 @@ def worker_cmd(
             show_default=False,
         ),
     ] = None,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            min=0,
+            help="Seconds SIGTERM/SIGINT lets in-flight steps finish and record before "
+            "the worker exits.",
+        ),
+    ] = 30.0,
 ) -> None:
-    """Import MODULEs, then recover and drive their runs until SIGINT/SIGTERM."""
+    """Import MODULEs, then recover and drive their runs until SIGINT/SIGTERM (which
+    drains: in-flight steps finish, their runs are released for another worker)."""
 
     def body() -> None:
         names = worker.import_targets(modules)
         worker.setup_logging()
-        execute(lambda: worker.serve(url, names, concurrency, metrics_port))
+        execute(lambda: worker.serve(url, names, concurrency, metrics_port, grace))
 
     guard(body)
 

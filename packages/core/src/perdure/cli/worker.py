@@ -17,8 +17,9 @@ from rich.markup import escape
 
 from perdure import metrics
 from perdure.backend import Backend
-from perdure.cli.common import UsageProblem, connected, err, mask_url
-from perdure.errors import ConfigurationError
+from perdure.cli.common import UsageProblem, err, load_backend, mask_url
+from perdure.engine.outages import Backoff, OutageLog
+from perdure.errors import ConfigurationError, classify
 from perdure.workflow import registered_workflows
 
 log = logging.getLogger("perdure.worker")
@@ -106,8 +107,32 @@ def _serve_metrics(port: int) -> None:
     log.info("metrics on http://127.0.0.1:%d/metrics", port)
 
 
+async def open_when_reachable(backend: Backend, stop: asyncio.Event) -> bool:
+    """Open ``backend``, waiting out a substrate that is not up yet (capped, jittered
+    backoff, logged once); False if ``stop`` came first. Misconfiguration raises."""
+    backoff = Backoff()
+    outage = OutageLog(log, f"the backend at {mask_url(backend.url)}")
+    while not stop.is_set():
+        try:
+            await backend.open()
+        except Exception as exc:
+            if classify(exc) != "transient":
+                raise
+            outage.down(exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), backoff.delay())
+            continue
+        outage.up()
+        return True
+    return False
+
+
 async def serve(
-    url: str | None, modules: Sequence[str], concurrency: int, metrics_port: int | None = None
+    url: str | None,
+    modules: Sequence[str],
+    concurrency: int,
+    metrics_port: int | None = None,
+    grace: float = 30.0,
 ) -> None:
     names = registered_workflows()
     if not names:
@@ -122,8 +147,10 @@ async def serve(
 
     def on_signal(sig: signal.Signals) -> None:
         log.info(
-            "received %s; finishing: releasing runs for another worker (send it again to force)",
+            "received %s; draining: in-flight steps finish and record (up to %gs), then "
+            "their runs are released for another worker (send it again to force)",
             sig.name,
+            grace,
         )
         stop.set()
         for s in installed:  # a second signal gets the default behaviour
@@ -136,8 +163,9 @@ async def serve(
             installed.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not main thread
             pass
+    backend = load_backend(url)
     try:
-        async with connected(url) as backend:
+        if await open_when_reachable(backend, stop):
             owner = getattr(backend, "owner", None)
             err().print(
                 f"[bold green]perdure worker[/] on [bold]{escape(mask_url(backend.url))}[/]"
@@ -151,12 +179,15 @@ async def serve(
                 refresher = asyncio.create_task(_refresh_state(backend, stop))
             try:
                 await backend.serve(stop=stop, concurrency=concurrency)
+                await backend.shutdown(grace=grace)
             finally:
                 if refresher is not None:
                     stop.set()
                     await refresher
         log.info("worker stopped")
     finally:
+        with contextlib.suppress(Exception):
+            await backend.close()
         for s in installed:
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(s)

@@ -13,8 +13,14 @@ from typing import Any
 from perdure import metrics, tracing
 from perdure.backend import Backend, ReconcileOutcome, RunHandle
 from perdure.engine.driver import RunDriver, encode_input
+from perdure.engine.outages import Backoff, OutageLog, SubstrateFault
 from perdure.engine.owners import new_owner_id, owner_is_dead
-from perdure.errors import ConfigurationError, InvalidRunStateError, RunNotFoundError
+from perdure.errors import (
+    ConfigurationError,
+    CorruptHistoryError,
+    InvalidRunStateError,
+    RunNotFoundError,
+)
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus
 from perdure.serialization import to_jsonable
 from perdure.store import Lease, NewRun, Store
@@ -37,6 +43,7 @@ class EmbeddedBackend(Backend):
         lease_seconds: float = 30.0,
         poll_interval: float = 0.5,
         replay_only: bool = False,
+        grace_seconds: float = 30.0,
     ) -> None:
         if lease_seconds <= 0 or poll_interval <= 0:
             raise ConfigurationError("lease_seconds and poll_interval must be positive")
@@ -47,10 +54,16 @@ class EmbeddedBackend(Backend):
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         self.owner = new_owner_id()
+        #: How long ``close``/``shutdown`` lets in-flight steps finish.
+        self.grace_seconds = grace_seconds
+        #: Set while shutting down: drives stop at their next step, nothing new starts.
+        self.draining = False
         self._opened = False
         self._drives: dict[str, asyncio.Task[RunStatus | None]] = {}
         self._heartbeat: asyncio.Task[None] | None = None
         self._changed = asyncio.Condition()
+        #: One log line when the substrate goes away and one when it is back.
+        self.outage = OutageLog(log, "the store")
 
     async def open(self) -> None:
         if not self._opened:
@@ -58,12 +71,24 @@ class EmbeddedBackend(Backend):
             self._opened = True
 
     async def close(self) -> None:
+        await self.shutdown()
+
+    async def shutdown(self, *, grace: float | None = None) -> None:
+        """Drain, then close: take no new work, let each drive finish the step it is in
+        and record it (for up to ``grace`` seconds, default ``grace_seconds``), release
+        the leases so another worker takes the runs over at once. Only a step still
+        running after the grace period is cut off (its intent stays open)."""
+        self.draining = True
+        grace = self.grace_seconds if grace is None else grace
         drives = list(self._drives.values())
-        for task in drives:
-            task.cancel()
-        for task in drives:
-            with contextlib.suppress(BaseException):
-                await task
+        if drives:
+            _, late = await asyncio.wait(drives, timeout=max(grace, 0.0))
+            for task in late:
+                log.warning("drive %s still running after %.0fs of grace; cut off", task, grace)
+                task.cancel()
+            for task in late:
+                with contextlib.suppress(BaseException):
+                    await task
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             with contextlib.suppress(BaseException):
@@ -72,6 +97,7 @@ class EmbeddedBackend(Backend):
         if self._opened:
             await self.store.close()
             self._opened = False
+        self.draining = False
 
     # -- driving -----------------------------------------------------------------------
 
@@ -79,7 +105,7 @@ class EmbeddedBackend(Backend):
         # A fresh context: a run started from inside another run's step must not
         # inherit that run's context (its steps would look nested, hence unrecorded).
         task = asyncio.get_running_loop().create_task(
-            RunDriver(self, lease, workflow).drive(),
+            self._drive_through_outages(lease, workflow),
             name=f"perdure-run-{lease.run_id}",
             context=contextvars.Context(),
         )
@@ -88,6 +114,55 @@ class EmbeddedBackend(Backend):
         if self._heartbeat is None or self._heartbeat.done():
             self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
         return task
+
+    async def _drive_through_outages(
+        self, lease: Lease, workflow: Workflow[..., Any]
+    ) -> RunStatus | None:
+        """Drive the run; each time the substrate fails under the drive, wait (capped,
+        jittered backoff), take the run back under a new fence and drive it again from
+        its history. Stops when the run stops, or another worker has it."""
+        backoff = Backoff()
+        carried: dict[str, NewEvent] = {}
+        while True:
+            try:
+                status = await RunDriver(self, lease, workflow, carried).drive()
+            except SubstrateFault as fault:
+                self._lost_substrate(fault)
+            else:
+                self.outage.up()
+                return status
+            while True:
+                if self.draining:
+                    return None  # the lease expires; the next worker takes the run
+                await asyncio.sleep(backoff.delay())
+                try:
+                    # break_owner: the lease is still ours; a new fence and a fresh
+                    # next_seq cover writes that landed though their answer was lost.
+                    taken = await self.store.acquire(
+                        lease.run_id,
+                        self.owner,
+                        self.lease_seconds,
+                        now=time.time(),
+                        break_owner=self.owner,
+                    )
+                except RunNotFoundError:
+                    return None
+                except Exception as exc:
+                    fault = SubstrateFault(exc, self.store.classify(exc) or "permanent")
+                    self._lost_substrate(fault)
+                    continue
+                break
+            if taken is None:
+                return None  # it ended meanwhile, or another worker took it over
+            lease = taken
+
+    def _lost_substrate(self, fault: SubstrateFault) -> None:
+        if fault.transient:
+            self.outage.down(fault.error)
+        else:
+            # A permanent error even parking could not record: nothing else to do but
+            # keep trying, loudly, until an operator fixes the substrate.
+            log.error("the store refuses to record anything: %s; retrying", fault.error)
 
     async def _drive_done(self, lease: Lease, task: asyncio.Task[RunStatus | None]) -> None:
         if self._drives.get(lease.run_id) is task:
@@ -122,6 +197,8 @@ class EmbeddedBackend(Backend):
         """Drive ``info``'s run here if it is due, its workflow is known and we win it."""
         if info.run_id in self._drives:
             return self._drives[info.run_id]
+        if self.draining:
+            return None
         try:
             workflow = get_workflow(info.workflow)
         except LookupError:
@@ -155,7 +232,10 @@ class EmbeddedBackend(Backend):
         )
         _, lease = await self.store.create_run(new, self.owner, self.lease_seconds)
         if lease is not None:
-            self._drive(lease, workflow)
+            if self.draining:
+                await self.store.release(lease)  # shutting down: for another worker
+            else:
+                self._drive(lease, workflow)
         return RunHandle(self, run_id)
 
     async def get_run(self, run_id: str) -> RunInfo:
@@ -250,53 +330,91 @@ class EmbeddedBackend(Backend):
     ) -> RunInfo:
         await self.open()
         deadline = None if timeout is None else time.monotonic() + timeout
+        backoff = Backoff()
         while True:
             task = self._drives.get(run_id)
             if task is not None:
                 await asyncio.shield(task)
-            info = await self.store.get_run(run_id)
-            if info.status in STOPPED:
-                return info
-            if drive and await self._try_take(info) is not None:
-                continue
-            pause = self.poll_interval
-            if info.wake_at is not None:
-                pause = min(pause, info.wake_at - time.time())
+            try:
+                info = await self.store.get_run(run_id)
+                if info.status in STOPPED:
+                    return info
+                if drive and await self._try_take(info) is not None:
+                    continue
+            except Exception as exc:
+                if self.store.classify(exc) != "transient" or not self._opened:
+                    raise
+                self.outage.down(exc)  # ride it out: the run is still there
+                pause = backoff.delay()
+            else:
+                self.outage.up()
+                backoff.reset()
+                pause = self.poll_interval
+                if info.wake_at is not None:
+                    pause = min(pause, info.wake_at - time.time())
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"run {run_id!r} still {info.status.value} after {timeout}s")
+                    raise TimeoutError(f"run {run_id!r} is not finished after {timeout}s")
                 pause = min(pause, left)
             await self._wait_change(pause)
 
     async def serve(self, *, stop: asyncio.Event, concurrency: int = 100) -> None:
+        """Recover and drive due runs until ``stop``; rides out substrate outages (capped,
+        jittered backoff, one log line when the store goes away and one when it is back)."""
         await self.open()
+        backoff = Backoff()
         while not stop.is_set():
             names = registered_workflows()
             if not names:
                 raise ConfigurationError(
                     "this worker has no registered workflows; import the module that defines them"
                 )
-            await self._recover_dead(names)
-            room = concurrency - len(self._drives)
-            if room > 0:
-                leases = await self.store.claim_due(
-                    self.owner, self.lease_seconds, now=time.time(), workflows=names, limit=room
-                )
-                for lease in leases:
-                    info = await self.store.get_run(lease.run_id)
-                    self._drive(lease, get_workflow(info.workflow))
-                if len(leases) == room:
-                    continue
-            pause = self.poll_interval
-            wake = await self.store.next_wake(names)
-            if wake is not None:
-                pause = min(pause, wake - time.time())
+            try:
+                pause = await self._serve_once(names, concurrency)
+            except Exception as exc:
+                fault = self.store.classify(exc)
+                if fault == "transient":
+                    self.outage.down(exc)
+                elif isinstance(exc, CorruptHistoryError):
+                    log.error("skipping an unreadable run row: %s", exc)
+                else:
+                    raise  # a permanent refusal: misconfiguration, for the operator
+                pause = backoff.delay()
+            else:
+                self.outage.up()
+                backoff.reset()
+            if pause is None:
+                continue
             stopper = asyncio.ensure_future(stop.wait())
             waiter = asyncio.ensure_future(self._wait_change(pause))
             await asyncio.wait({stopper, waiter}, return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
             waiter.cancel()
+
+    async def _serve_once(self, names: list[str], concurrency: int) -> float | None:
+        """Take what is due; how long to pause before looking again (None: at once)."""
+        await self._recover_dead(names)
+        room = concurrency - len(self._drives)
+        if room > 0:
+            leases = await self.store.claim_due(
+                self.owner, self.lease_seconds, now=time.time(), workflows=names, limit=room
+            )
+            for lease in leases:
+                try:
+                    info = await self.store.get_run(lease.run_id)
+                except Exception:
+                    with contextlib.suppress(Exception):
+                        await self.store.release(lease)
+                    raise
+                self._drive(lease, get_workflow(info.workflow))
+            if len(leases) == room:
+                return None
+        pause = self.poll_interval
+        wake = await self.store.next_wake(names)
+        if wake is not None:
+            pause = min(pause, wake - time.time())
+        return pause
 
     async def _recover_dead(self, names: Sequence[str]) -> None:
         """Break the leases of runs whose owner process on this host has died."""

@@ -6,11 +6,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from perdure.context import StepSpec, current_run
+from perdure.engine.outages import Drained, SubstrateFault
 from perdure.engine.replay import Cancelled, EmbeddedRunContext, Interrupt, error_info
-from perdure.errors import DeterminismError, LeaseLostError, SerializationError, StepFailedError
+from perdure.errors import (
+    CorruptHistoryError,
+    DeterminismError,
+    LeaseLostError,
+    SerializationError,
+    StepFailedError,
+)
 from perdure.records import EventKind, NewEvent, RunInfo, RunStatus
 from perdure.serialization import from_jsonable, to_jsonable
 from perdure.store import Lease, RunUpdate, Store
@@ -22,18 +30,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("perdure.engine")
 
+T = TypeVar("T")
+
 
 class RunDriver:
     """Owns ``lease`` for the length of one drive of its run."""
 
     def __init__(
-        self, backend: EmbeddedBackend, lease: Lease, workflow: Workflow[..., Any]
+        self,
+        backend: EmbeddedBackend,
+        lease: Lease,
+        workflow: Workflow[..., Any],
+        carried: dict[str, NewEvent] | None = None,
     ) -> None:
         self.backend = backend
         self.store: Store = backend.store
         self.lease = lease
         self.workflow = workflow
         self.cancelling = False
+        #: Completions of steps an earlier drive of this run in this process executed
+        #: but could not record (the substrate went away): recorded, not re-run.
+        self.carried: dict[str, NewEvent] = {} if carried is None else carried
         # Parallel steps (asyncio tasks of one run) append one at a time: each write
         # takes the next sequence number of the lease.
         self._writing = asyncio.Lock()
@@ -48,24 +65,49 @@ class RunDriver:
     ) -> None:
         async with self._writing:
             started = time.perf_counter()
-            await self.store.append(
-                self.lease,
-                events,
-                lease_seconds=self.backend.lease_seconds,
-                update=update,
-                consume_signal=consume_signal,
-            )
+            try:
+                await self.store.append(
+                    self.lease,
+                    events,
+                    lease_seconds=self.backend.lease_seconds,
+                    update=update,
+                    consume_signal=consume_signal,
+                )
+            except LeaseLostError:
+                raise
+            except Exception as exc:
+                for ev in events:
+                    if ev.kind is EventKind.STEP_COMPLETED and ev.step_key is not None:
+                        self.carried[ev.step_key] = ev
+                raise self._fault(exc) from exc
             self.observer.appended(events, time.perf_counter() - started)
+
+    async def read(self, call: Awaitable[T]) -> T:
+        """A store read of the drive; its failure unwinds the drive (``SubstrateFault``)."""
+        try:
+            return await call
+        except Exception as exc:
+            raise self._fault(exc) from exc
+
+    def _fault(self, exc: Exception) -> SubstrateFault:
+        # An error no one classified came from the store itself, not from user code.
+        return SubstrateFault(exc, self.store.classify(exc) or "permanent")
 
     async def drive(self) -> RunStatus | None:
         """Run the workflow to its next stop. Returns the status written, or None when
-        the lease was lost to another owner."""
+        the lease was lost to another owner.
+
+        Raises ``SubstrateFault`` when the substrate failed and the run could not even
+        be parked: the caller drives it again later (``EmbeddedBackend``).
+        """
         run_id = self.lease.run_id
         try:
             info = await self.store.get_run(run_id)
             history = await self.store.load_history(run_id)
             args, kwargs = _decode_input(info)
         except Exception as exc:
+            if self.store.classify(exc) == "transient":
+                raise SubstrateFault(exc, "transient") from exc
             log.error("run %s cannot be replayed: %s", run_id, exc)
             return await self._park_broken(exc)
         ctx = EmbeddedRunContext(self, history)
@@ -76,6 +118,17 @@ class RunDriver:
         except LeaseLostError:
             log.info("run %s: lease lost to another owner; stopping this drive", run_id)
             status = None
+        except Drained:
+            log.info("run %s: shutting down; released for another worker", run_id)
+            with contextlib.suppress(Exception):
+                await self.store.release(self.lease)
+            status = None
+        except SubstrateFault as fault:
+            if fault.transient:
+                self.observer.ended(None, fault)
+                raise
+            log.error("run %s: the substrate refused: %s; parking it", run_id, fault.error)
+            status = await self._park_broken(fault.error)
         except BaseException as exc:
             self.observer.ended(None, exc)
             raise
@@ -187,6 +240,9 @@ class RunDriver:
         attention: dict[str, Any] = {"reason": type(exc).__name__, "message": str(exc)}
         if isinstance(exc, DeterminismError):
             attention.update(reason="determinism", step_key=exc.step_key)
+        elif isinstance(exc, CorruptHistoryError):
+            # A stored record cannot be read back: name which one.
+            attention.update(seq=exc.seq, step_key=exc.step_key)
         await self.append(
             [NewEvent(EventKind.NEEDS_ATTENTION, data=attention)],
             update=RunUpdate(RunStatus.NEEDS_ATTENTION, attention=attention),

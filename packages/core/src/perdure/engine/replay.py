@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from perdure.context import StepSpec, current_step_key
+from perdure.engine.outages import Drained
 from perdure.errors import (
+    CorruptHistoryError,
     DeterminismError,
     LeaseLostError,
     OutcomeUnknownError,
@@ -101,18 +103,37 @@ class EmbeddedRunContext:
         self._pending: list[NewEvent] = []  # replay-only facts flushed with the next write
         self.compensations: list[Compensation] = []
         self.positions = Positions()
-        #: Set once replay disagreed with the history or the lease was lost. The drive
-        #: is over even if the workflow's own ``except Exception`` swallowed the error.
-        self.broken: DeterminismError | LeaseLostError | None = None
+        #: Set once replay disagreed with the history, met a record it cannot read, or
+        #: the lease was lost. The drive is over even if the workflow's own
+        #: ``except Exception`` swallowed the error.
+        self.broken: DeterminismError | LeaseLostError | CorruptHistoryError | None = None
 
     def enter(self) -> None:
         """Bind the root position scope to the task about to run the workflow."""
         self.positions.enter()
 
-    def _fail(self, exc: DeterminismError | LeaseLostError) -> DeterminismError | LeaseLostError:
+    def _fail(
+        self, exc: DeterminismError | LeaseLostError | CorruptHistoryError
+    ) -> DeterminismError | LeaseLostError | CorruptHistoryError:
         if self.broken is None:
             self.broken = exc
         return self.broken
+
+    def _read(self, ev: Event, what: str, decode: Callable[[], Any]) -> Any:
+        """``decode()`` of recorded event ``ev``; a value that cannot be read back (corrupt,
+        or not the shape this event has) parks the run naming the event, never fails it."""
+        try:
+            return decode()
+        except Exception as exc:
+            raise self._fail(
+                CorruptHistoryError(
+                    self.run_id,
+                    ev.seq,
+                    f"{what} of {ev.kind.value} {ev.step_key!r} cannot be read back: "
+                    f"{type(exc).__name__}: {exc}",
+                    step_key=ev.step_key,
+                )
+            ) from exc
 
     @property
     def run_id(self) -> str:
@@ -246,22 +267,32 @@ class EmbeddedRunContext:
             key.partition(":")[0], key, (EventKind.STEP_COMPLETED, EventKind.STEP_FAILED)
         )
         if ev is not None:
-            data: dict[str, Any] = ev.data or {}
-            if ev.kind is EventKind.STEP_FAILED or data.get("outcome") == "failed":
-                err: dict[str, Any] = data.get("error") or {}
-                raise StepFailedError(
-                    key,
-                    int(data.get("attempts", 1)),
-                    str(err.get("type", "Error")),
-                    str(err.get("message", "")),
-                )
-            result = from_jsonable(data.get("result"), f"run {self.run_id!r} step {key!r}")
+            failure: StepFailedError | None = self._read(ev, "the outcome", lambda: _failure(ev))
+            if failure is not None:
+                raise failure
+            result = self._read(
+                ev,
+                "the result",
+                lambda: from_jsonable(_data(ev).get("result"), f"run {self.run_id!r} step {key!r}"),
+            )
             if spec.compensate is not None:
                 self.compensations.append(Compensation(key, spec.compensate, result))
             return result
 
         if self._driver.backend.replay_only:
             raise ReplayEnd(key)
+        if self._driver.backend.draining:
+            raise Drained()
+        carried = self._driver.carried.pop(key, None)
+        if carried is not None:
+            # This process ran the step in a drive that stopped, because the substrate
+            # went away, before recording it: record what is known rather than run it
+            # again (or park a non-idempotent effect whose outcome is in hand).
+            await self.write(carried)
+            result = from_jsonable(_data(carried).get("result"), f"step {key!r}")
+            if spec.compensate is not None:
+                self.compensations.append(Compensation(key, spec.compensate, result))
+            return result
         self._check_cancel()
         non_idempotent = spec.kind == "effect" and not spec.idempotent_receiver
         if non_idempotent and key in self._history.intents:
@@ -301,6 +332,8 @@ class EmbeddedRunContext:
                     )
                 )
                 attempt += 1
+                if self._driver.backend.draining:
+                    raise Drained() from None  # the next attempt is for the next worker
                 await asyncio.sleep(delay)
                 continue
             finally:
@@ -369,13 +402,20 @@ class EmbeddedRunContext:
         key = f"{self._position()}:signal:{name}"
         ev = self._recorded(key.partition(":")[0], key, (EventKind.SIGNAL_RECEIVED,))
         if ev is not None:
-            data: dict[str, Any] = ev.data or {}
-            if data.get("timed_out"):
-                raise SignalTimeoutError(name, float(data.get("timeout") or 0))
-            return from_jsonable(data.get("payload"), f"run {self.run_id!r} signal {key!r}")
+            timeout_error: SignalTimeoutError | None = self._read(
+                ev, "the timeout", lambda: _timed_out(ev, name)
+            )
+            if timeout_error is not None:
+                raise timeout_error
+            return self._read(
+                ev,
+                "the payload",
+                lambda: from_jsonable(
+                    _data(ev).get("payload"), f"run {self.run_id!r} signal {key!r}"
+                ),
+            )
         self._check_cancel()
-        store = self._driver.store
-        sig = await store.next_signal(self.run_id, name)
+        sig = await self._driver.read(self._driver.store.next_signal(self.run_id, name))
         first = self._history.first_suspension.get(key)
         if sig is not None:
             await self.write(
@@ -423,8 +463,9 @@ class EmbeddedRunContext:
         key = f"{self._position()}:sleep"
         ev = self._recorded(key.partition(":")[0], key, (EventKind.TIMER_STARTED,))
         if ev is not None:
-            recorded: dict[str, Any] = ev.data or {}
-            wake_at = float(recorded.get("wake_at", 0))
+            wake_at: float = self._read(
+                ev, "the wake time", lambda: float(_data(ev).get("wake_at", 0))
+            )
             if time.time() >= wake_at:
                 return
             raise self.suspend(key, waiting_for=None, wake_at=wake_at)
@@ -437,3 +478,29 @@ class EmbeddedRunContext:
             await self.write(timer)
             return
         raise self.suspend(key, waiting_for=None, wake_at=wake_at, extra=[timer])
+
+
+def _data(ev: Event | NewEvent) -> dict[str, Any]:
+    data: dict[str, Any] = ev.data or {}
+    return data
+
+
+def _failure(ev: Event) -> StepFailedError | None:
+    """The ``StepFailedError`` a recorded outcome stands for, if it is a failure."""
+    data: dict[str, Any] = ev.data or {}
+    if ev.kind is not EventKind.STEP_FAILED and data.get("outcome") != "failed":
+        return None
+    err: dict[str, Any] = data.get("error") or {}
+    return StepFailedError(
+        str(ev.step_key),
+        int(data.get("attempts", 1)),
+        str(err.get("type", "Error")),
+        str(err.get("message", "")),
+    )
+
+
+def _timed_out(ev: Event, name: str) -> SignalTimeoutError | None:
+    data: dict[str, Any] = ev.data or {}
+    if not data.get("timed_out"):
+        return None
+    return SignalTimeoutError(name, float(data.get("timeout") or 0))

@@ -29,9 +29,11 @@ from perdure.errors import (
     InvalidRunStateError,
     LeaseLostError,
     RunNotFoundError,
+    SubstrateError,
 )
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus, SignalRecord
 from perdure.store import Lease, NewRun, RunUpdate, Store
+from perdure.stores.faults import postgres_error
 from perdure.stores.migrations import (
     CLAIMABLE_SQL,
     EVENT_COLUMNS,
@@ -57,6 +59,8 @@ Conn = psycopg.AsyncConnection[TupleRow]
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _CONNECT_TIMEOUT = 5
 _POOL_OPEN_TIMEOUT = 10.0
+#: How long a call waits for a pooled connection before it counts as an outage.
+_POOL_TIMEOUT = 10.0
 
 # Statement templates; ``{s}`` becomes the quoted schema and a dot.
 _DUE = f"""status IN {CLAIMABLE_SQL}
@@ -233,8 +237,8 @@ class PostgresStore(Store):
 
     # ------------------------------------------------------------ connection
 
-    def _unavailable(self, exc: Exception) -> BackendUnavailableError:
-        return BackendUnavailableError(f"PostgreSQL at {self.where} is unavailable: {exc}")
+    def _unavailable(self, exc: Exception) -> BackendUnavailableError | SubstrateError:
+        return postgres_error(exc, self.where)
 
     async def open(self) -> None:
         if self._pool is not None:
@@ -247,8 +251,8 @@ class PostgresStore(Store):
             async with conn:
                 await self._migrate(conn)
         except psycopg.Error as exc:  # also a missing privilege: name the schema
-            raise BackendUnavailableError(
-                f"PostgreSQL at {self.where}: cannot bring schema {self.schema!r} up to date: {exc}"
+            raise postgres_error(
+                exc, f"{self.where}, bringing schema {self.schema!r} up to date"
             ) from exc
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self._conninfo,
@@ -256,6 +260,7 @@ class PostgresStore(Store):
             min_size=1,
             max_size=self.pool_size,
             open=False,
+            timeout=_POOL_TIMEOUT,
             name=f"perdure:{self.schema}",
         )
         try:
@@ -318,7 +323,9 @@ class PostgresStore(Store):
             raise self._unavailable(exc) from exc
         try:
             yield conn
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        except psycopg.IntegrityError:
+            raise  # a fenced insert that lost its race: the caller knows what it means
+        except psycopg.Error as exc:
             raise self._unavailable(exc) from exc
         finally:
             await pool.putconn(conn)  # rolls back a transaction left open by an error

@@ -27,6 +27,7 @@ from perdure.errors import (
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus, SignalRecord
 from perdure.serialization import dumps
 from perdure.store import Lease, NewRun, RunUpdate, Store
+from perdure.stores.faults import sqlite_error
 from perdure.stores.migrations import (
     CLAIMABLE_SQL,
     EVENT_COLUMNS,
@@ -134,9 +135,7 @@ class SqliteStore(Store):
                 self.path, timeout=10.0, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as exc:
-            raise BackendUnavailableError(
-                f"cannot open SQLite database {self.path!r}: {exc}"
-            ) from exc
+            raise sqlite_error(exc, self.path) from exc
         try:
             db.execute("PRAGMA busy_timeout = 10000")
             db.execute("PRAGMA journal_mode = WAL")
@@ -145,9 +144,7 @@ class SqliteStore(Store):
             self._migrate(db)
         except sqlite3.Error as exc:
             db.close()
-            raise BackendUnavailableError(
-                f"cannot use SQLite database {self.path!r}: {exc}"
-            ) from exc
+            raise sqlite_error(exc, self.path) from exc
         self._db = db
 
     def _migrate(self, db: sqlite3.Connection) -> None:
@@ -195,17 +192,14 @@ class SqliteStore(Store):
             raise BackendUnavailableError(f"SQLite store {self.path!r} is not open")
         return self._db
 
-    def _unavailable(self, exc: sqlite3.Error) -> BackendUnavailableError:
-        return BackendUnavailableError(f"SQLite database {self.path!r}: {exc}")
-
     @contextmanager
     def _read(self) -> Generator[sqlite3.Connection, None, None]:
         try:
             yield self._conn()
         except sqlite3.IntegrityError:
             raise
-        except sqlite3.DatabaseError as exc:
-            raise self._unavailable(exc) from exc
+        except sqlite3.Error as exc:
+            raise sqlite_error(exc, self.path) from exc
 
     @contextmanager
     def _write(self) -> Generator[sqlite3.Connection, None, None]:
@@ -391,8 +385,8 @@ class SqliteStore(Store):
                 f"run {run_id!r}: event #{lease.next_seq} is already recorded, so this "
                 f"lease's view of the history is stale; nothing was written ({exc})"
             ) from exc
-        except sqlite3.DatabaseError as exc:
-            raise self._unavailable(exc) from exc
+        except sqlite3.Error as exc:
+            raise sqlite_error(exc, self.path) from exc
         if not fenced:
             raise LeaseLostError(
                 f"run {run_id!r}: the lease of {lease.owner} (fence {lease.fence}) "
