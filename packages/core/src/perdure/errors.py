@@ -29,11 +29,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
+from perdure.masking import mask_text
+
 #: What ``classify`` says about a substrate error.
 Fault = Literal["transient", "permanent"]
 Classifier = Callable[[BaseException], "Fault | None"]
-
-from perdure.masking import mask_text
 
 
 class PerdureError(Exception):
