@@ -39,14 +39,44 @@ def _type_path(tp: type, where: str) -> str:
     return type_registry.type_path(tp)
 
 
+#: The deepest nesting of containers (dicts, lists, tuples, dataclasses, models) a stored
+#: value may have. Enforced when a value is written, so everything written reads back
+#: (a decoder recursing through 700 levels would fail every replay instead).
+MAX_DEPTH = 100
+
+
 def to_jsonable(value: Any, where: str = "value") -> Any:
-    """Return ``value`` as JSON data, or raise ``SerializationError`` naming ``where``."""
+    """Return ``value`` as JSON data, or raise ``SerializationError`` naming ``where``:
+    also for a value nested deeper than ``MAX_DEPTH`` or one that contains itself."""
+    return _encode(value, where, 0, set())
+
+
+def _encode(value: Any, where: str, depth: int, path: set[int]) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             return {TAG: "float", "v": repr(value)}
         return value
+    if isinstance(value, bytes):
+        return {TAG: "bytes", "v": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, dt.datetime):
+        return {TAG: "datetime", "v": value.isoformat()}
+    if depth >= MAX_DEPTH:
+        raise SerializationError(
+            f"{where}: nested deeper than {MAX_DEPTH} levels, the most a stored value may "
+            "have; flatten it"
+        )
+    if id(value) in path:
+        raise SerializationError(f"{where}: the value contains itself (a reference cycle)")
+    path.add(id(value))
+    try:
+        return _encode_container(value, where, depth + 1, path)
+    finally:
+        path.discard(id(value))
+
+
+def _encode_container(value: Any, where: str, depth: int, path: set[int]) -> Any:
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for k, v in value.items():  # pyright: ignore[reportUnknownVariableType]
@@ -54,29 +84,25 @@ def to_jsonable(value: Any, where: str = "value") -> Any:
                 raise SerializationError(
                     f"{where}: dict key {k!r} is a {type(k).__name__}; only str keys are stored"  # pyright: ignore[reportUnknownArgumentType]
                 )
-            out[k] = to_jsonable(v, f"{where}[{k!r}]")
+            out[k] = _encode(v, f"{where}[{k!r}]", depth, path)
         if TAG in out:
             return {TAG: "dict", "v": out}
         return out
     if isinstance(value, (list, tuple)):
-        items = [to_jsonable(v, f"{where}[{i}]") for i, v in enumerate(value)]  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+        items = [_encode(v, f"{where}[{i}]", depth, path) for i, v in enumerate(value)]  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
         return items if isinstance(value, list) else {TAG: "tuple", "v": items}
-    if isinstance(value, bytes):
-        return {TAG: "bytes", "v": base64.b64encode(value).decode("ascii")}
-    if isinstance(value, dt.datetime):
-        return {TAG: "datetime", "v": value.isoformat()}
     base = _pydantic_base()
     if base is not None and isinstance(value, base):
         model: Any = value
-        path = _type_path(cast(type[Any], type(model)), where)
+        path_name = _type_path(cast(type[Any], type(model)), where)
         try:
             dumped = model.model_dump(mode="json")
         except Exception as exc:
-            raise SerializationError(f"{where}: cannot dump {path}: {exc}") from exc
-        return {TAG: "pydantic", "t": path, "v": to_jsonable(dumped, where)}
+            raise SerializationError(f"{where}: cannot dump {path_name}: {exc}") from exc
+        return {TAG: "pydantic", "t": path_name, "v": _encode(dumped, where, depth, path)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {
-            f.name: to_jsonable(getattr(value, f.name), f"{where}.{f.name}")
+            f.name: _encode(getattr(value, f.name), f"{where}.{f.name}", depth, path)
             for f in dataclasses.fields(value)
         }
         return {TAG: "dataclass", "t": _type_path(type(value), where), "v": fields}
