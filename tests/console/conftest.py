@@ -8,14 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_support import CHROMIUM, CHROMIUM_ARGS, ConsoleProcess, console_process
+from console_support import CHROMIUM, CHROMIUM_ARGS, EMBEDDED, ConsoleProcess, console_process
 from playwright.async_api import Browser, async_playwright
 
 from perdure.registry import open_backend
-from perdure.testing.plugin import store_factory, store_names
-
-#: Scenarios beyond the first run on the embedded columns only (one each elsewhere).
-EMBEDDED = [name for name in store_names() if name in ("sqlite", "postgresql")]
+from perdure.testing.plugin import store_factory
 
 
 @pytest.fixture

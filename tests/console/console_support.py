@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
+
+from perdure.testing.plugin import store_names
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -24,6 +27,11 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 SECRET = "console-test-secret"
+
+#: Scenarios beyond the first run on the embedded columns only (one each elsewhere).
+EMBEDDED = [name for name in store_names() if name in ("sqlite", "postgresql")]
+#: For tests whose subject does not depend on the store: the first embedded column.
+one_embedded_store = pytest.mark.parametrize("embedded_url", EMBEDDED[:1], indirect=True)
 HERE = Path(__file__).parent
 
 

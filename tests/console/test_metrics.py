@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from console_support import ConsoleProcess, free_port
+from console_support import ConsoleProcess, free_port, one_embedded_store
 from prometheus_client.parser import text_string_to_metric_families
 
 from perdure.backend import Backend
@@ -48,6 +48,7 @@ def scrape_when_up(url: str, deadline: float) -> str:
             time.sleep(0.1)  # a refused connection returns at once: pace the retries
 
 
+@one_embedded_store
 async def test_scraped_figures_match_the_history(
     embedded: Backend, embedded_url: str, embedded_console: ConsoleProcess
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 
+from console_support import one_embedded_store
 from console_workflows import refund
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -34,6 +35,7 @@ def spans_of(run_id: str) -> list[ReadableSpan]:
     ]
 
 
+@one_embedded_store
 async def test_drive_and_step_spans_continue_one_trace_across_backends(
     embedded_url: str,
 ) -> None:

@@ -152,6 +152,12 @@ class Backend(ABC):
         """Resolve a parked effect: it ``succeeded`` (with ``result``), ``failed``, or
         should be tried again (``retry``). The run becomes due."""
 
+    async def delete_finished(self, run_ids: Sequence[str]) -> list[str]:
+        """Delete those of ``run_ids`` that are finished, with everything the backend
+        keeps for them; the ids deleted (see ``perdure.retention.prune``). A backend
+        that cannot delete runs says so."""
+        raise NotImplementedError(f"the {type(self).__name__} backend cannot delete runs yet")
+
     @abstractmethod
     async def wait(
         self, run_id: str, *, timeout: float | None = None, drive: bool = True

@@ -190,3 +190,9 @@ class Store(ABC):
         ``events``, set ``status`` and make it due, if its status is in ``expect``;
         else ``InvalidRunStateError``.
         """
+
+    async def delete_finished(self, run_ids: Sequence[str]) -> list[str]:
+        """Delete those of ``run_ids`` that are finished (succeeded, failed, cancelled),
+        with their history and signals, in one transaction; the ids deleted. A run
+        that is not finished, or unknown, is left alone."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete runs")

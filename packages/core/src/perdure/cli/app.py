@@ -9,7 +9,7 @@ import typer
 
 from perdure.cli import console, ops, replay, runs, worker
 from perdure.cli import demo as demo_mod
-from perdure.cli.common import execute, guard
+from perdure.cli.common import execute, guard, parse_duration
 
 EPILOG = (
     "Exit codes: 0 ok; 1 unexpected error; 2 usage or bad input; 3 run not found; "
@@ -101,9 +101,18 @@ def runs_list(
     as_json: Annotated[
         bool, typer.Option("--json", help="JSON Lines of runs instead of a table.")
     ] = False,
+    stuck: Annotated[
+        bool,
+        typer.Option(
+            "--stuck",
+            help="Only suspended and needs-attention runs waiting longer than --older-than "
+            f"(default {runs.STUCK_AFTER}).",
+        ),
+    ] = False,
 ) -> None:
-    """List runs, newest first, with what each waits for or why it needs attention."""
-    execute(lambda: runs.list_runs(url, status, older_than, workflow, limit, as_json))
+    """List runs, newest first: age (how long a waiting run has waited), what each waits
+    for, or why it needs attention."""
+    execute(lambda: runs.list_runs(url, status, older_than, workflow, limit, as_json, stuck))
 
 
 @runs_app.command("show")
@@ -129,6 +138,55 @@ def runs_export(
 ) -> None:
     """Export a run's history as JSON Lines: {"run": ...} first, then one event per line."""
     execute(lambda: runs.export_run(url, run_id, output))
+
+
+@runs_app.command("prune")
+def runs_prune(
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="Delete finished runs not updated for this long: 30d, 12h, 90m.",
+            show_default=False,
+        ),
+    ],
+    url: Url = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--status",
+            "-s",
+            help="Only runs in this finished status (repeatable or comma-separated); "
+            "default: succeeded, failed, cancelled.",
+            show_default=False,
+        ),
+    ] = None,
+    export: Annotated[
+        Path | None,
+        typer.Option(
+            "--export",
+            help="First write each run's history as JSON Lines into this folder.",
+            show_default=False,
+            file_okay=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing.")
+    ] = False,
+) -> None:
+    """Delete finished runs older than --older-than, with their history (export first with
+    --export)."""
+    execute(lambda: runs.prune(url, older_than, status, export, dry_run))
+
+
+@app.command("stats")
+def stats_cmd(
+    url: Url = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Counts by status, the run waiting longest, suspended runs by signal (the console's
+    summary bar)."""
+    execute(lambda: runs.stats(url, as_json))
 
 
 # -- operations ---------------------------------------------------------------------------
@@ -251,14 +309,25 @@ def worker_cmd(
             "the worker exits.",
         ),
     ] = 30.0,
+    retention: Annotated[
+        str | None,
+        typer.Option(
+            "--retention",
+            envvar="PERDURE_RETENTION",
+            help="Delete finished runs not updated for this long (30d, 12h), checked "
+            "hourly, as `perdure runs prune` does.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Import MODULEs, then recover and drive their runs until SIGINT/SIGTERM (which
     drains: in-flight steps finish, their runs are released for another worker)."""
 
     def body() -> None:
         names = worker.import_targets(modules)
+        keep = None if not retention else parse_duration("--retention", retention)
         worker.setup_logging()
-        execute(lambda: worker.serve(url, names, concurrency, metrics_port, grace))
+        execute(lambda: worker.serve(url, names, concurrency, metrics_port, grace, keep))
 
     guard(body)
 

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perdure.records import Event, EventKind, RunInfo, RunStatus
+from perdure.summary import Summary
 
 #: Keys of a ``suspended`` event's data the engine always writes; any other key is a
 #: detail of what is pending (an adapter's tool approval: tool, arguments, requested_at).
@@ -170,19 +171,63 @@ def runs_table(
     table.add_column("RUN", no_wrap=True)
     table.add_column("WORKFLOW", overflow="fold", min_width=12)
     table.add_column("STATUS", no_wrap=True)
-    table.add_column("UPDATED", no_wrap=True)
-    table.add_column("WAITING FOR / ATTENTION", overflow="fold", min_width=24, ratio=1)
+    table.add_column("AGE", no_wrap=True, justify="right")
+    table.add_column("WAITING", no_wrap=True)
+    table.add_column("DETAILS", overflow="fold", min_width=24, ratio=1)
     table.add_column("VERSION", overflow="fold")
     for info in runs:
         table.add_row(
             Text(info.run_id),
             Text(info.workflow),
             status_text(info.status),
-            Text(relative(info.updated_at, now)),
+            age_text(info, now),
+            Text(waiting_text(info)),
             Text(run_summary(info, pending.get(info.run_id), now)),
             Text(info.code_version or "-"),
         )
     return table
+
+
+def age_text(info: RunInfo, now: float) -> Text:
+    """How long since the run last changed: for a waiting run, how long it has waited."""
+    waiting = info.status in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION)
+    style = "bold red" if info.status is RunStatus.NEEDS_ATTENTION else "yellow" if waiting else ""
+    return Text(span(now - info.updated_at), style=style)
+
+
+def waiting_text(info: RunInfo) -> str:
+    """What the run waits for: a signal, a timer, or someone (needs-attention)."""
+    if info.status is RunStatus.NEEDS_ATTENTION:
+        return "operator"
+    if info.status is RunStatus.SUSPENDED:
+        return info.waiting_for or ("timer" if info.wake_at is not None else "worker")
+    return "-"
+
+
+def stats_table(summary: Summary, now: float) -> Table:
+    """The console's summary bar as a grid."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    for status, n in summary.counts.items():
+        grid.add_row(status.value, Text(str(n), style=STATUS_STYLE.get(status, "") if n else "dim"))
+    grid.add_row(
+        "total", str(summary.total) + (" (the newest; more exist)" if summary.truncated else "")
+    )
+    oldest = summary.oldest_waiting
+    if oldest is None:
+        grid.add_row("oldest waiting", Text("none", style="dim"))
+    else:
+        grid.add_row(
+            "oldest waiting",
+            Text(
+                f"{oldest.run_id} ({oldest.status.value}, {waiting_text(oldest)}) "
+                f"for {span(summary.oldest_age)}"
+            ),
+        )
+    for signal, n in summary.waiting_by_signal.items():
+        grid.add_row(f"waiting for {signal}", str(n))
+    return grid
 
 
 def run_fields(info: RunInfo, pending: Mapping[str, Any] | None = None) -> Table:

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.logging import RichHandler
 from rich.markup import escape
 
-from perdure import metrics
+from perdure import metrics, retention
 from perdure.backend import Backend
 from perdure.cli.common import UsageProblem, err, load_backend, mask_url
 from perdure.engine.outages import Backoff, OutageLog
@@ -127,12 +127,30 @@ async def open_when_reachable(backend: Backend, stop: asyncio.Event) -> bool:
     return False
 
 
+#: How often a worker with --retention prunes.
+RETENTION_EVERY_SECONDS = 3600.0
+
+
+async def _retain(backend: Backend, keep: float, stop: asyncio.Event) -> None:
+    """Prune finished runs older than ``keep`` now and then every hour until ``stop``."""
+    while not stop.is_set():
+        try:
+            report = await retention.prune(backend, older_than=keep)
+            if report.deleted:
+                log.info("retention: deleted %d finished run(s)", report.deleted)
+        except Exception:
+            log.warning("retention: pruning failed; trying again later", exc_info=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), RETENTION_EVERY_SECONDS)
+
+
 async def serve(
     url: str | None,
     modules: Sequence[str],
     concurrency: int,
     metrics_port: int | None = None,
     grace: float = 30.0,
+    keep: float | None = None,
 ) -> None:
     names = registered_workflows()
     if not names:
@@ -173,17 +191,19 @@ async def serve(
                 + f", concurrency {concurrency}; workflows: {escape(', '.join(names))}",
                 soft_wrap=True,
             )
-            refresher: asyncio.Task[None] | None = None
+            chores: list[asyncio.Task[None]] = []
             if metrics_port is not None:
                 _serve_metrics(metrics_port)
-                refresher = asyncio.create_task(_refresh_state(backend, stop))
+                chores.append(asyncio.create_task(_refresh_state(backend, stop)))
+            if keep is not None:
+                chores.append(asyncio.create_task(_retain(backend, keep, stop)))
             try:
                 await backend.serve(stop=stop, concurrency=concurrency)
                 await backend.shutdown(grace=grace)
             finally:
-                if refresher is not None:
-                    stop.set()
-                    await refresher
+                stop.set()
+                for chore in chores:
+                    await chore
         log.info("worker stopped")
     finally:
         with contextlib.suppress(Exception):

@@ -4,9 +4,8 @@ with its filters and summary bar, and a run's history as a timeline."""
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -14,14 +13,12 @@ from perdure.backend import Backend
 from perdure.cli.common import CliError, parse_duration
 from perdure.cli.render import event_summary, last_suspension, pending_details, run_summary
 from perdure.records import Event, EventKind, RunInfo, RunStatus
+from perdure.summary import WAITING, Summary, summarize
 
 #: How many of the newest runs one list query reads. The summary bar counts them and
 #: the filters and pages cut them, so each refresh of a page costs one list query.
 WINDOW = 2000
 PAGE_SIZE = 50
-
-#: Runs someone or something has to act on; their age is how long they have waited.
-WAITING = (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,17 +103,6 @@ class Row:
 
 
 @dataclass(frozen=True, slots=True)
-class Summary:
-    """The summary bar: counts by status and the run that has waited longest."""
-
-    counts: dict[RunStatus, int]
-    total: int
-    truncated: bool
-    oldest_waiting: Row | None
-    waiting_by_signal: dict[str, int] = field(default_factory=lambda: {})
-
-
-@dataclass(frozen=True, slots=True)
 class RunsPage:
     rows: list[Row]
     summary: Summary
@@ -137,24 +123,6 @@ def _matches(info: RunInfo, f: Filters, now: float, older: float | None) -> bool
     if older is not None and now - info.updated_at < older:
         return False
     return not (f.search and f.search.lower() not in info.run_id.lower())
-
-
-def summarize(runs: Sequence[RunInfo], now: float, truncated: bool) -> Summary:
-    counts = Counter(info.status for info in runs)
-    waiting = [info for info in runs if info.status in WAITING]
-    oldest = min(waiting, key=lambda info: info.updated_at, default=None)
-    by_signal = Counter(
-        info.waiting_for
-        for info in runs
-        if info.status is RunStatus.SUSPENDED and info.waiting_for is not None
-    )
-    return Summary(
-        counts={s: counts.get(s, 0) for s in RunStatus},
-        total=len(runs),
-        truncated=truncated,
-        oldest_waiting=None if oldest is None else _row(oldest, now),
-        waiting_by_signal=dict(sorted(by_signal.items())),
-    )
 
 
 def _row(info: RunInfo, now: float) -> Row:

@@ -325,6 +325,10 @@ class EmbeddedBackend(Backend):
         await self._notify()
         return info
 
+    async def delete_finished(self, run_ids: Sequence[str]) -> list[str]:
+        await self.open()
+        return await self.store.delete_finished(run_ids)
+
     async def wait(
         self, run_id: str, *, timeout: float | None = None, drive: bool = True
     ) -> RunInfo:

@@ -258,3 +258,11 @@ class MemoryStore(Store):
         run.wake_at = now
         run.updated_at = now
         return copy.copy(run)
+
+    async def delete_finished(self, run_ids: Sequence[str]) -> list[str]:
+        gone = [r for r in run_ids if r in self._runs and self._runs[r].status.terminal]
+        for run_id in gone:
+            del self._runs[run_id]
+            self._events.pop(run_id, None)
+        self._signals = [(s, used) for s, used in self._signals if s.run_id not in gone]
+        return gone

@@ -114,6 +114,12 @@ def _append_sql(finish: bool, consume: bool, events: str) -> str:
 _RUN = run_columns("{s}runs", "{s}events")
 
 _TEMPLATES: dict[str, str] = {
+    # events has no foreign key (it would slow every append); signals cascade
+    "delete_finished": """WITH gone AS (
+        DELETE FROM {s}runs WHERE run_id = ANY(%(run_ids)s)
+        AND status IN ('succeeded', 'failed', 'cancelled') RETURNING run_id
+    ), history AS (DELETE FROM {s}events WHERE run_id IN (SELECT run_id FROM gone))
+    SELECT run_id FROM gone""",
     "select_run": f"SELECT {_RUN} FROM {{s}}runs WHERE run_id = %(run_id)s",
     "status": "SELECT status FROM {s}runs WHERE run_id = %(run_id)s",
     "create": f"""WITH ins AS (
@@ -651,6 +657,13 @@ class PostgresStore(Store):
                 await conn.execute(self._q["insert_events"], params)
             row = (await self._all(conn, "admin_update", params))[0]
         return decode_run(row)
+
+    async def delete_finished(self, run_ids: Sequence[str]) -> list[str]:
+        if not run_ids:
+            return []
+        async with self._conn() as conn, conn.transaction():
+            rows = await self._all(conn, "delete_finished", {"run_ids": list(run_ids)})
+        return [str(row[0]) for row in rows]
 
 
 def open_backend(url: str) -> EmbeddedBackend:

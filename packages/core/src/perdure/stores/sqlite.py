@@ -545,6 +545,25 @@ class SqliteStore(Store):
             ).fetchall()[0]
         return decode_run(row)
 
+    async def delete_finished(self, run_ids: Sequence[str]) -> list[str]:
+        if not run_ids:
+            return []
+        marks = ", ".join("?" for _ in run_ids)
+        with self._write() as db:
+            gone = [
+                str(row[0])
+                for row in db.execute(
+                    f"DELETE FROM runs WHERE run_id IN ({marks}) "
+                    "AND status IN ('succeeded', 'failed', 'cancelled') RETURNING run_id",
+                    list(run_ids),
+                ).fetchall()
+            ]
+            if gone:
+                done = ", ".join("?" for _ in gone)
+                db.execute(f"DELETE FROM events WHERE run_id IN ({done})", gone)
+                db.execute(f"DELETE FROM signals WHERE run_id IN ({done})", gone)
+        return gone
+
 
 def open_backend(url: str) -> EmbeddedBackend:
     """The embedded engine on the SQLite file ``url`` names."""

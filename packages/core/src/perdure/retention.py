@@ -1,0 +1,128 @@
+"""Retention: export, then delete, runs that finished long ago.
+
+``prune`` lists the finished runs not updated for ``older_than`` seconds, optionally
+writes each one's history as JSON Lines (the format of ``perdure runs export``) into a
+folder, and then deletes them through ``Backend.delete_finished``: a run is deleted
+only after its export is on disk. Packages that keep more per run (a framework's
+checkpoints or sessions, payloads stored aside) register a purge under the entry-point
+group ``perdure.retention``: ``async def purge(backend, run_ids) -> None``, called with
+the ids just deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from perdure.backend import Backend
+from perdure.errors import ConfigurationError
+from perdure.records import Event, RunInfo, RunStatus
+
+FINISHED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+#: Runs one prune reads at most (a worker's retention comes back for the rest).
+MAX_RUNS = 100_000
+BATCH = 200
+
+Purge = Callable[[Backend, Sequence[str]], Awaitable[None]]
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    matched: int
+    deleted: int
+    exported: int
+    export_dir: Path | None
+
+
+def export_lines(info: RunInfo, events: Sequence[Event]) -> list[str]:
+    """A run as JSON Lines: ``{"run": ...}`` first, then one event per line."""
+    dump = json.dumps
+    return [
+        dump({"run": info.to_json()}, ensure_ascii=False, default=str),
+        *(dump(ev.to_json(), ensure_ascii=False, default=str) for ev in events),
+    ]
+
+
+def export_name(run_id: str) -> str:
+    """A file name for ``run_id``: the id itself when it is safe, else a safe form of it
+    plus a hash (two ids never share a file)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:120]
+    if safe == run_id and not run_id.startswith("."):
+        return f"{run_id}.jsonl"
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
+    return f"{safe}-{digest}.jsonl"
+
+
+def _purges() -> list[Purge]:
+    found: list[Purge] = []
+    for ep in importlib.metadata.entry_points(group="perdure.retention"):
+        found.append(ep.load())
+    return found
+
+
+async def _export(backend: Backend, info: RunInfo, folder: Path) -> None:
+    events = await backend.history(info.run_id)
+    await asyncio.to_thread(_write_export, folder, info, events)
+
+
+def _write_export(folder: Path, info: RunInfo, events: Sequence[Event]) -> None:
+    """Write, flush to disk, then rename: a deleted run's export is complete."""
+    target = folder / export_name(info.run_id)
+    partial = target.with_suffix(".jsonl.partial")
+    with partial.open("w", encoding="utf-8") as fh:
+        for line in export_lines(info, events):
+            fh.write(line + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    partial.replace(target)
+
+
+async def prune(
+    backend: Backend,
+    *,
+    older_than: float,
+    statuses: Sequence[RunStatus] = FINISHED,
+    export_dir: Path | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> PruneReport:
+    """Delete finished runs not updated for ``older_than`` seconds (after exporting them
+    to ``export_dir``, when given)."""
+    unfinished = [s.value for s in statuses if not s.terminal]
+    if unfinished:
+        raise ConfigurationError(
+            f"prune deletes finished runs only; {', '.join(unfinished)} is not finished"
+        )
+    if older_than < 0:
+        raise ConfigurationError(f"older_than must not be negative (got {older_than})")
+    runs = await backend.list_runs(statuses=statuses, older_than=older_than, limit=MAX_RUNS)
+    if dry_run or not runs:
+        return PruneReport(len(runs), 0, 0, export_dir)
+    if export_dir is not None:
+        try:
+            await asyncio.to_thread(export_dir.mkdir, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigurationError(f"export folder {str(export_dir)!r}: {exc.strerror}") from exc
+    purges = _purges()
+    deleted = exported = 0
+    for start in range(0, len(runs), BATCH):
+        batch = runs[start : start + BATCH]
+        if export_dir is not None:
+            for info in batch:
+                await _export(backend, info, export_dir)
+                exported += 1
+        gone = await backend.delete_finished([info.run_id for info in batch])
+        for purge in purges:
+            await purge(backend, gone)
+        deleted += len(gone)
+        if progress is not None:
+            progress(start + len(batch), len(runs))
+    return PruneReport(len(runs), deleted, exported, export_dir)

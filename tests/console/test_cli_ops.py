@@ -1,0 +1,137 @@
+"""The CLI shows the console's truths and prunes: `runs list --stuck`, `stats`,
+`runs prune --export`, and a worker's `--retention`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from console_support import one_embedded_store
+from console_workflows import refund
+
+from perdure.backend import Backend
+from perdure.errors import RunNotFoundError
+from perdure.records import RunStatus
+from perdure.retention import export_name
+from perdure.testing.processes import Processes
+
+HERE = Path(__file__).parent
+
+
+async def finished_and_waiting(backend: Backend) -> tuple[list[str], str]:
+    """Two finished runs (one succeeded, one cancelled) and one waiting for approval."""
+    tag = uuid.uuid4().hex[:6]
+    done, cancelled, waiting = f"done-{tag}", f"cancelled-{tag}", f"waiting-{tag}"
+    for run_id in (done, cancelled, waiting):
+        await backend.start(refund, ("order-1", 100), {}, run_id=run_id)
+    await backend.idle()
+    await backend.signal(done, "approval", {"approved": False}, by="ops")
+    await backend.cancel(cancelled)
+    assert (await backend.wait(done, timeout=60)).status is RunStatus.SUCCEEDED
+    assert (await backend.wait(cancelled, timeout=60)).status is RunStatus.CANCELLED
+    assert (await backend.get_run(waiting)).status is RunStatus.SUSPENDED
+    return [done, cancelled], waiting
+
+
+@pytest.fixture
+def procs(embedded_url: str) -> Processes:
+    return Processes(embedded_url, pythonpath=[HERE])
+
+
+async def test_prune_exports_then_deletes_finished_runs_only(
+    embedded: Backend, procs: Processes, tmp_path: Path
+) -> None:
+    finished, waiting = await finished_and_waiting(embedded)
+    histories = {run_id: await embedded.history(run_id) for run_id in finished}
+    kept = await embedded.history(waiting)
+
+    refused = procs.cli("runs", "prune", "--older-than", "0s", "--status", "suspended")
+    assert refused.returncode == 2, refused.stderr
+    assert "finished runs only" in refused.stderr
+
+    dry = procs.cli("runs", "prune", "--older-than", "0s", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "2 succeeded/failed/cancelled run(s)" in dry.stdout
+    for run_id in finished:
+        await embedded.get_run(run_id)  # a dry run deletes nothing
+
+    folder = tmp_path / "exported"
+    pruned = procs.cli("runs", "prune", "--older-than", "0s", "--export", str(folder))
+    assert pruned.returncode == 0, pruned.stderr
+    assert "deleted 2 of 2" in pruned.stdout
+    for run_id in finished:
+        lines = (folder / export_name(run_id)).read_text().splitlines()
+        assert json.loads(lines[0])["run"]["run_id"] == run_id
+        assert [json.loads(line) for line in lines[1:]] == [
+            ev.to_json() for ev in histories[run_id]
+        ]
+        with pytest.raises(RunNotFoundError):
+            await embedded.get_run(run_id)
+        with pytest.raises(RunNotFoundError):  # an unknown id: its events went too
+            await embedded.history(run_id)
+    assert (await embedded.get_run(waiting)).status is RunStatus.SUSPENDED
+    assert await embedded.history(waiting) == kept
+
+    again = procs.cli("runs", "prune", "--older-than", "0s")
+    assert again.returncode == 0 and "deleted 0 of 0" in again.stdout
+
+
+@one_embedded_store
+async def test_runs_list_stuck_and_stats_show_the_waiting_run(
+    embedded: Backend, procs: Processes
+) -> None:
+    _, waiting = await finished_and_waiting(embedded)
+    info = await embedded.get_run(waiting)
+
+    stuck = procs.cli("runs", "list", "--stuck", "--older-than", "0s", "--json")
+    assert stuck.returncode == 0, stuck.stderr
+    assert [json.loads(line)["run_id"] for line in stuck.stdout.splitlines()] == [waiting]
+    not_yet = procs.cli("runs", "list", "--stuck", "--older-than", "1h", "--json")
+    assert not_yet.returncode == 0 and not_yet.stdout == ""
+
+    table = procs.cli("runs", "list")
+    assert table.returncode == 0, table.stderr
+    header = table.stdout.splitlines()[0].split()
+    assert header[:5] == ["RUN", "WORKFLOW", "STATUS", "AGE", "WAITING"]
+    row = next(line for line in table.stdout.splitlines() if line.startswith(waiting))
+    assert row.split()[2:5] == ["suspended", row.split()[3], "approval"]
+
+    before = time.time()
+    stats = procs.cli("stats", "--json")
+    after = time.time()
+    assert stats.returncode == 0, stats.stderr
+    figures = json.loads(stats.stdout)
+    assert figures["counts"]["succeeded"] == 1
+    assert figures["counts"]["cancelled"] == 1
+    assert figures["counts"]["suspended"] == 1
+    assert figures["oldest_waiting"]["run_id"] == waiting
+    age = figures["oldest_waiting"]["age_seconds"]
+    assert before - info.updated_at - 1 <= age <= after - info.updated_at + 1
+    assert figures["waiting_by_signal"] == {"approval": 1}
+
+
+@one_embedded_store
+async def test_worker_retention_prunes_finished_runs(embedded: Backend, procs: Processes) -> None:
+    finished, waiting = await finished_and_waiting(embedded)
+    worker = procs.spawn(
+        "-m", "perdure", "worker", "console_workflows", "--url", procs.url, "--retention", "0s"
+    )
+    try:
+        gone: set[str] = set()
+        deadline = time.monotonic() + 60
+        while gone != set(finished):
+            assert worker.popen.poll() is None, worker.output()
+            assert time.monotonic() < deadline, "the worker did not prune within 60s"
+            for run_id in set(finished) - gone:
+                try:
+                    await embedded.get_run(run_id)
+                except RunNotFoundError:
+                    gone.add(run_id)
+            await asyncio.sleep(0.1)  # paces the look at the store; the worker works meanwhile
+        assert (await embedded.get_run(waiting)).status is RunStatus.SUSPENDED
+    finally:
+        procs.close()
