@@ -39,3 +39,14 @@ async def wire(order: str, cents: int) -> str:
 async def transfer(order: str, cents: int) -> str:
     receipt = await wire(order, cents)
     return f"transfer done: {receipt}"
+
+
+@perdure.step
+async def fetch_invoice(order: str) -> str:
+    raise perdure.PermanentError(f"invoice for {order} not found (HTTP 404)")
+
+
+@perdure.workflow
+async def reconcile_invoice(order: str) -> str:
+    """Fails for good at its first step (what a failed run looks like)."""
+    return await fetch_invoice(order)

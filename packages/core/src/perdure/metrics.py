@@ -79,8 +79,9 @@ class _Metrics:
         )
         self.drive_failures = Counter(
             "perdure_drive_failures",
-            "Drives that stopped on an error of the substrate or the engine, by error class.",
-            ["error_class"],
+            "Drives that stopped on an error, by error class and fault "
+            "(transient, permanent: classified by the substrate; error: anything else).",
+            ["error_class", "fault"],
         )
         self.store_round_trip = Histogram(
             "perdure_store_round_trip_seconds",
@@ -140,8 +141,16 @@ def observe_recovery(workflow: str) -> None:
 
 
 def observe_drive_failure(exc: BaseException) -> None:
-    if _metrics is not None:
-        _metrics.drive_failures.labels(type(exc).__name__).inc()
+    """A drive stopped on ``exc``; a substrate fault is counted by the error inside it
+    (``error``) and its classification (``fault``: transient, permanent)."""
+    if _metrics is None:
+        return
+    inner = getattr(exc, "error", None)
+    cause = inner if isinstance(inner, BaseException) else exc
+    fault = getattr(exc, "fault", None)
+    _metrics.drive_failures.labels(
+        type(cause).__name__, fault if isinstance(fault, str) else "error"
+    ).inc()
 
 
 def _number(value: Any, default: float) -> float:
