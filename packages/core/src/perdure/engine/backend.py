@@ -12,16 +12,16 @@ from typing import Any
 
 from perdure import metrics, tracing
 from perdure.backend import Backend, ReconcileOutcome, RunHandle
-from perdure.engine.driver import RunDriver, encode_input
+from perdure.engine.driver import RunDriver
 from perdure.engine.outages import Backoff, OutageLog, SubstrateFault
 from perdure.engine.owners import new_owner_id, owner_is_dead
 from perdure.errors import (
     ConfigurationError,
     CorruptHistoryError,
-    InvalidRunStateError,
     RunNotFoundError,
 )
-from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus
+from perdure.records import Event, NewEvent, RunInfo, RunStatus
+from perdure.semantics import events, guards
 from perdure.serialization import to_jsonable
 from perdure.store import Lease, NewRun, Store
 from perdure.workflow import Workflow, get_workflow, registered_workflows
@@ -225,7 +225,7 @@ class EmbeddedBackend(Backend):
         new = NewRun(
             run_id,
             workflow.name,
-            encode_input(run_id, args, kwargs),
+            events.encode_input(run_id, args, kwargs),
             workflow.code_version,
             parent_run_id,
             details=tracing.start_context(run_id, workflow.name),
@@ -276,16 +276,11 @@ class EmbeddedBackend(Backend):
 
     async def resume(self, run_id: str) -> RunInfo:
         await self.open()
-        info = await self.store.get_run(run_id)
-        if info.attention and info.attention.get("reason") == "unknown-outcome":
-            raise InvalidRunStateError(
-                f"run {run_id!r} waits for the outcome of step "
-                f"{info.attention.get('step_key')!r}; use reconcile, not resume"
-            )
+        guards.check_can_resume(await self.store.get_run(run_id))
         info = await self.store.admin_append(
             run_id,
-            [NewEvent(EventKind.RECONCILED, data={"outcome": "resume"})],
-            expect=(RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION),
+            [events.resumed()],
+            expect=guards.RESUMABLE,
             status=RunStatus.SUSPENDED,
             now=time.time(),
         )
@@ -303,22 +298,12 @@ class EmbeddedBackend(Backend):
         by: str | None = None,
     ) -> RunInfo:
         await self.open()
-        info = await self.store.get_run(run_id)
-        parked = (info.attention or {}).get("step_key")
-        if info.status is not RunStatus.NEEDS_ATTENTION or parked != step_key:
-            raise InvalidRunStateError(
-                f"run {run_id!r} has no unknown outcome at step {step_key!r} "
-                f"(status {info.status.value}, parked step {parked!r})"
-            )
-        data: dict[str, Any] = {"outcome": outcome, "by": by, "message": message}
-        if outcome == "succeeded":
-            data["result"] = to_jsonable(result, f"reconciled result of step {step_key!r}")
-        elif outcome == "failed":
-            data["error"] = {"type": "Reconciled", "message": message or "marked failed"}
+        guards.check_can_reconcile(await self.store.get_run(run_id), step_key)
+        verdict = events.reconciled(step_key, outcome, result=result, message=message, by=by)
         info = await self.store.admin_append(
             run_id,
-            [NewEvent(EventKind.RECONCILED, step_key, step_key.partition(":")[2], data)],
-            expect=(RunStatus.NEEDS_ATTENTION,),
+            [verdict],
+            expect=guards.RECONCILABLE,
             status=RunStatus.SUSPENDED,
             now=time.time(),
         )

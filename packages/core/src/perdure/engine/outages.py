@@ -15,6 +15,9 @@ import time
 from dataclasses import dataclass, field
 
 from perdure.errors import Fault
+from perdure.semantics.context import Drained
+
+__all__ = ["Backoff", "Drained", "OutageLog", "SubstrateFault"]
 
 
 class SubstrateFault(BaseException):
@@ -28,11 +31,6 @@ class SubstrateFault(BaseException):
     @property
     def transient(self) -> bool:
         return self.fault == "transient"
-
-
-class Drained(BaseException):
-    """Unwinds a drive at its next step while the process shuts down gracefully: what
-    ran is recorded, nothing new starts, and the lease is released for another worker."""
 
 
 @dataclass(slots=True)

@@ -7,8 +7,9 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from perdure.errors import InvalidRunStateError, LeaseLostError, RunNotFoundError
+from perdure.errors import LeaseLostError, RunNotFoundError
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus, SignalRecord
+from perdure.semantics import guards
 from perdure.store import CLAIMABLE, Lease, NewRun, RunUpdate, Store
 
 
@@ -211,8 +212,7 @@ class MemoryStore(Store):
         self, run_id: str, name: str, payload: Any, sent_by: str | None, *, now: float
     ) -> SignalRecord:
         run = self._run(run_id)
-        if run.status.terminal:
-            raise InvalidRunStateError(f"run {run_id!r} is {run.status.value}; it takes no signals")
+        guards.check_can_signal(run_id, run.status)
         rec = SignalRecord(next(self._ids), run_id, name, copy.deepcopy(payload), sent_by, now)
         self._signals.append((rec, False))
         if run.status is RunStatus.SUSPENDED and run.waiting_for == name:
@@ -227,8 +227,7 @@ class MemoryStore(Store):
 
     async def request_cancel(self, run_id: str, *, now: float) -> RunInfo:
         run = self._run(run_id)
-        if run.status.terminal:
-            raise InvalidRunStateError(f"run {run_id!r} is already {run.status.value}")
+        guards.check_can_cancel(run_id, run.status)
         run.cancel_requested = True
         if run.status in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION):
             run.status = RunStatus.SUSPENDED
@@ -245,11 +244,7 @@ class MemoryStore(Store):
         now: float,
     ) -> RunInfo:
         run = self._run(run_id)
-        if run.status not in expect:
-            raise InvalidRunStateError(
-                f"run {run_id!r} is {run.status.value}; expected "
-                + " or ".join(s.value for s in expect)
-            )
+        guards.check_expected(run_id, run.status, expect)
         seq = len(self._events[run_id])
         for i, ev in enumerate(events):
             self._add(run_id, seq + i, ev, now)
