@@ -85,3 +85,24 @@ class RunContext(Protocol):
 current_run: ContextVar[RunContext | None] = ContextVar("perdure_current_run", default=None)
 #: The key of the step whose function is executing, for ``idempotency_key()``.
 current_step_key: ContextVar[str | None] = ContextVar("perdure_current_step", default=None)
+
+
+def recording_run() -> RunContext | None:
+    """The run that records a durable operation called now, or None to call it plainly.
+
+    None outside a run, and inside a step: the step's own record covers whatever its
+    function calls, so a step, model call or tool nested in it is not recorded again.
+    Every decorator and adapter hook asks this before recording anything.
+    """
+    ctx = current_run.get()
+    if ctx is None or current_step_key.get() is not None:
+        return None
+    return ctx
+
+
+def report_determinism(error: DeterminismError) -> DeterminismError:
+    """Report a history mismatch found outside ``step`` (by an adapter) to the current
+    run, if any, so its drive parks even if user code swallows the error; returns the
+    error to raise."""
+    ctx = current_run.get()
+    return error if ctx is None else ctx.fail_determinism(error)

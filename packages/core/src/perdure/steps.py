@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any, ParamSpec, TypeVar, overload
 
-from perdure.context import StepKind, StepSpec, current_run, current_step_key
+from perdure.context import StepKind, StepSpec, current_run, current_step_key, recording_run
 from perdure.errors import PerdureError
 from perdure.retry import DEFAULT_RETRY, RetryPolicy
 from perdure.type_registry import register_annotations
@@ -37,9 +37,8 @@ async def call_plain(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
 async def _dispatch(
     spec: StepSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    ctx = current_run.get()
-    if ctx is None or current_step_key.get() is not None:
-        # Outside a run, or nested inside a step that is itself recorded.
+    ctx = recording_run()
+    if ctx is None:
         return await call_plain(fn, args, kwargs)
     return await ctx.step(spec, fn, args, kwargs)
 

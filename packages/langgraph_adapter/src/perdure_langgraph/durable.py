@@ -54,6 +54,7 @@ from perdure.context import current_run
 from perdure.errors import SerializationError
 from perdure.locate import find, resolve
 from perdure.serialization import to_jsonable
+from perdure.spi import report_determinism
 from perdure_langgraph._jsonable import to_jsonable as lossy_jsonable
 from perdure_langgraph.saver import PerdureSaver
 
@@ -594,8 +595,7 @@ async def _check_nodes(run_id: str, graph: Pregel, config: RunnableConfig) -> No
                 f"does not have (it has {sorted(n for n in graph.nodes if n != '__start__')}); "
                 "the graph changed under an in-flight thread",
             )
-            ctx = current_run.get()
-            raise error if ctx is None else ctx.fail_determinism(error)
+            raise report_determinism(error)
 
 
 async def _drive(graph: Pregel, input: Any, config: RunnableConfig, local: _Local | None) -> Any:
@@ -615,8 +615,7 @@ def _resolve_graph(ref: str, run_id: str, local: _Local | None) -> DurableGraph:
         found = resolve(ref, what="graph")
     except ConfigurationError as exc:
         error = DeterminismError(run_id, "graph", str(exc))
-        ctx = current_run.get()
-        raise (error if ctx is None else ctx.fail_determinism(error)) from exc
+        raise report_determinism(error) from exc
     if isinstance(found, DurableGraph):
         return found
     if isinstance(found, Pregel):

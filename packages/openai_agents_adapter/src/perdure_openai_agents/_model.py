@@ -17,6 +17,7 @@ from openai.types.responses import ResponseCompletedEvent
 import perdure
 from perdure.context import StepSpec, current_run, current_step_key
 from perdure.retry import RetryPolicy
+from perdure.spi import recording_run, report_determinism
 from perdure_openai_agents._codec import (
     dump_model_response,
     load_model_response,
@@ -95,8 +96,7 @@ def _check_offered(record: dict[str, Any], offered: list[str]) -> None:
 def determinism_error(exc: perdure.DeterminismError) -> perdure.DeterminismError:
     """Report a mismatch found by the adapter to the run, so that the drive stops and
     parks the run (as the engine does for its own checks), then return it to raise."""
-    ctx = current_run.get()
-    return exc if ctx is None else ctx.fail_determinism(exc)
+    return report_determinism(exc)
 
 
 class DurableModel(Model):
@@ -122,8 +122,8 @@ class DurableModel(Model):
         return self._inner
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:  # type: ignore[override]
-        ctx = current_run.get()
-        if ctx is None or current_step_key.get() is not None:
+        ctx = recording_run()
+        if ctx is None:
             return await self.inner.get_response(*args, **kwargs)
         offered = _offered(args, kwargs)
 
@@ -145,8 +145,8 @@ class DurableModel(Model):
     async def _stream(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> AsyncIterator[TResponseStreamEvent]:
-        ctx = current_run.get()
-        if ctx is None or current_step_key.get() is not None:
+        ctx = recording_run()
+        if ctx is None:
             async for event in self.inner.stream_response(*args, **kwargs):
                 yield event
             return

@@ -19,8 +19,9 @@ from agents.models.interface import Model
 from agents.run_context import RunContextWrapper
 from agents.tool_context import ToolContext
 
-from perdure.context import StepKind, StepSpec, current_run, current_step_key
+from perdure.context import StepKind, StepSpec
 from perdure.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
+from perdure.spi import recording_run
 from perdure_openai_agents._codec import encode_tool_output
 from perdure_openai_agents._model import DurableModel, DurableProvider
 
@@ -97,9 +98,9 @@ def wrap_tool(tool: Any) -> Any:
     step_spec = spec
 
     async def on_invoke_tool(ctx: ToolContext[Any], input: str) -> Any:
-        run = current_run.get()
+        run = recording_run()
         invoke_ctx = _invoke_context(tool, ctx)
-        if run is None or current_step_key.get() is not None:
+        if run is None:
             return await original(invoke_ctx, input)
 
         async def call() -> Any:
@@ -174,7 +175,7 @@ def durable_run_config(run_config: RunConfig | dict[str, Any] | None, run_id: st
 
 def _durable_args(agent: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     drive = DRIVE.get()
-    if drive is None or current_run.get() is None or current_step_key.get() is not None:
+    if drive is None or recording_run() is None:
         return agent, kwargs
     if isinstance(agent, Agent):
         agent = durable_clone(agent, drive)  # pyright: ignore[reportUnknownArgumentType]

@@ -23,8 +23,9 @@ from agents.memory.session_settings import SessionSettings
 
 from perdure import ConfigurationError
 from perdure.config import resolve_url
-from perdure.context import StepSpec, current_run, current_step_key
+from perdure.context import StepSpec, current_run
 from perdure.retry import RetryPolicy
+from perdure.spi import recording_run
 
 TABLE = "agent_session_items"
 
@@ -275,8 +276,8 @@ class PerdureSession(SessionABC):
 
     async def _journaled(self, spec: StepSpec, fn: Callable[[str], Any]) -> Any:
         """``fn(key)`` as a recorded step inside a run; plainly, with a fresh key, outside."""
-        ctx = current_run.get()
-        if ctx is None or current_step_key.get() is not None:
+        ctx = recording_run()
+        if ctx is None:
             return await fn(uuid.uuid4().hex)
 
         async def step() -> Any:
