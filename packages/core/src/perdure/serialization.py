@@ -10,13 +10,14 @@ the class declares.
 from __future__ import annotations
 
 import base64
+import contextvars
 import dataclasses
 import datetime as dt
 import json
 import sys
 from typing import Any, cast
 
-from perdure import type_registry
+from perdure import encryption, type_registry
 from perdure.errors import SerializationError
 
 TAG = "__perdure__"
@@ -47,8 +48,16 @@ MAX_DEPTH = 100
 
 def to_jsonable(value: Any, where: str = "value") -> Any:
     """Return ``value`` as JSON data, or raise ``SerializationError`` naming ``where``:
-    also for a value nested deeper than ``MAX_DEPTH`` or one that contains itself."""
-    return _encode(value, where, 0, set())
+    also for a value nested deeper than ``MAX_DEPTH`` or one that contains itself.
+
+    With an encryption key configured (``perdure.encryption``), the data is sealed:
+    one AES-GCM envelope recording the key id, opened again by ``from_jsonable``.
+    """
+    data = _encode(value, where, 0, set())
+    ring = encryption.keyring()
+    if ring is None:
+        return data
+    return {TAG: encryption.SEALED, **ring.seal(dumps(data).encode())}
 
 
 def _encode(value: Any, where: str, depth: int, path: set[int]) -> Any:
@@ -146,6 +155,14 @@ def _decode_tagged(tag: str, v: Any, obj: dict[str, Any], where: str) -> Any:
         return dt.datetime.fromisoformat(cast(str, v))
     if tag == "float":
         return float(cast(str, v))
+    if tag == encryption.SEALED:
+        if _keep_sealed.get():
+            try:
+                plain = _unseal(obj, where)
+            except SerializationError:
+                return obj  # the layer above raises where the value is needed
+            return from_jsonable(loads(plain), where)
+        return from_jsonable(loads(_unseal(obj, where)), where)
     if tag == "pydantic":
         path = _stored_path(obj, where)
         tp = _resolve(path, where)
@@ -173,6 +190,50 @@ def _decode_tagged(tag: str, v: Any, obj: dict[str, Any], where: str) -> Any:
                 object.__setattr__(built, k, x)
         return built
     raise SerializationError(f"{where}: unknown stored value tag {tag!r}")
+
+
+_keep_sealed: contextvars.ContextVar[bool] = contextvars.ContextVar("keep_sealed", default=False)
+
+
+def from_stored_layer(data: Any, where: str = "value") -> Any:
+    """``from_jsonable`` for a substrate's own storage layer (DBOS's serializer), under
+    which perdure decodes again: without a key, sealed values are passed up unopened, so
+    the layer above shows them as encrypted or raises where the value is needed.
+    Without a key (or without the one that sealed them), sealed values pass unopened."""
+    token = _keep_sealed.set(True)
+    try:
+        return from_jsonable(data, where)
+    finally:
+        _keep_sealed.reset(token)
+
+
+def _unseal(obj: dict[str, Any], where: str) -> bytes:
+    ring = encryption.keyring()
+    if ring is None:
+        raise SerializationError(
+            f"{where}: stored encrypted (key {obj.get('k')!r}) and no key is configured; "
+            f"set {encryption.KEY_ENV} or {encryption.KEY_FILE_ENV}"
+        )
+    return ring.unseal(obj, where)
+
+
+def reveal(data: Any, where: str = "value") -> Any:
+    """``data`` (stored JSON) with every sealed envelope opened, for showing; without
+    the key an envelope stays, shown as encrypted with its key id."""
+    if isinstance(data, list):
+        return [reveal(v, where) for v in cast(list[Any], data)]
+    if not isinstance(data, dict):
+        return data
+    obj = cast(dict[str, Any], data)
+    if obj.get(TAG) == encryption.SEALED:
+        ring = encryption.keyring()
+        if ring is None:
+            return {TAG: encryption.SEALED, "k": obj.get("k"), "encrypted": True}
+        try:
+            return reveal(loads(ring.unseal(obj, where)), where)
+        except SerializationError as exc:
+            return {TAG: encryption.SEALED, "k": obj.get("k"), "undecryptable": str(exc)}
+    return {k: reveal(v, where) for k, v in obj.items()}
 
 
 def _stored_path(obj: dict[str, Any], where: str) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 from dbos._serialization import Serializer
 
 from perdure.errors import PerdureError, SerializationError
-from perdure.serialization import dumps, from_jsonable, loads, to_jsonable
+from perdure.serialization import dumps, from_stored_layer, loads, to_jsonable
 
 EXC_TAG = "__perdure_exception__"
 
@@ -43,7 +43,7 @@ class JsonSerializer(Serializer):
 
     def deserialize(self, serialized_data: str) -> Any:
         try:
-            value = from_jsonable(loads(serialized_data), "value stored by DBOS")
+            value = from_stored_layer(loads(serialized_data), "value stored by DBOS")
         except (ValueError, SerializationError) as exc:
             raise CorruptValueError(f"{type(exc).__name__}: {exc}") from None
         if isinstance(value, dict) and EXC_TAG in value:
