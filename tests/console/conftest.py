@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_support import CHROMIUM, CHROMIUM_ARGS, EMBEDDED, ConsoleProcess, console_process
+from console_support import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    EMBEDDED,
+    ConsoleProcess,
+    console_in_loop,
+    console_process,
+)
 from playwright.async_api import Browser, async_playwright
 
 from perdure.registry import open_backend
@@ -16,9 +23,16 @@ from perdure.testing.plugin import store_factory
 
 
 @pytest.fixture
-def console(perdure_url: str) -> Iterator[ConsoleProcess]:
-    """`perdure console` in its own process, on the store under test."""
-    yield from console_process(perdure_url)
+async def console(perdure_store: str, perdure_url: str) -> AsyncIterator[ConsoleProcess]:
+    """The console on the store under test: `perdure console` in its own process for
+    DBOS and Temporal (a second client of the substrate, as in production), in this
+    event loop for the embedded stores."""
+    if perdure_store in ("sqlite", "postgresql"):
+        async with console_in_loop(perdure_url) as running:
+            yield running
+        return
+    for running in console_process(perdure_url):
+        yield running
 
 
 @pytest.fixture
@@ -52,5 +66,12 @@ async def embedded(embedded_url: str) -> Any:
 
 
 @pytest.fixture
-def embedded_console(embedded_url: str) -> Iterator[ConsoleProcess]:
+async def embedded_console(embedded_url: str) -> AsyncIterator[ConsoleProcess]:
+    async with console_in_loop(embedded_url) as running:
+        yield running
+
+
+@pytest.fixture
+def console_command(embedded_url: str) -> Iterator[ConsoleProcess]:
+    """`perdure console` itself, in its own process."""
     yield from console_process(embedded_url)

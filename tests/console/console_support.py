@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 
+from perdure.console import ConsoleSettings, create_app
 from perdure.testing.plugin import store_names
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -37,8 +41,11 @@ HERE = Path(__file__).parent
 
 @dataclass(frozen=True)
 class ConsoleProcess:
+    """A running console: its own `perdure console` process, or served in the test's
+    event loop (``process`` None) where a process would only add start-up time."""
+
     base: str
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[str] | None = None
 
 
 def free_port() -> int:
@@ -91,3 +98,26 @@ def console_process(url: str) -> Iterator[ConsoleProcess]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def console_in_loop(url: str) -> AsyncIterator[ConsoleProcess]:
+    """The console app (its own backend, opened from ``url``) under uvicorn in this
+    event loop: the same app `perdure console` serves, without a process start."""
+    app = create_app(ConsoleSettings(secret=SECRET, url=url))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning")
+    )
+    serving = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if serving.done():
+            serving.result()  # raises what stopped it
+            raise AssertionError("the console stopped before it listened")
+        assert time.monotonic() < deadline, "the console did not listen within 60s"
+        await asyncio.sleep(0.01)  # uvicorn sets `started` once bound: look again
+    try:
+        yield ConsoleProcess(f"http://127.0.0.1:{server.config.port}")
+    finally:
+        server.should_exit = True
+        await serving

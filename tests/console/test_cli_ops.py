@@ -7,13 +7,16 @@ import asyncio
 import json
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from console_support import one_embedded_store
 from console_workflows import refund
+from typer.testing import CliRunner
 
 from perdure.backend import Backend
+from perdure.cli.app import app
 from perdure.errors import RunNotFoundError
 from perdure.records import RunStatus
 from perdure.retention import export_name
@@ -37,30 +40,56 @@ async def finished_and_waiting(backend: Backend) -> tuple[list[str], str]:
     return [done, cancelled], waiting
 
 
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Cli:
+    """The `perdure` typer app, invoked in this process (on a thread: each command runs
+    its own event loop), on one store; `tests/cli` covers the real subprocesses."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def __call__(self, *args: str) -> Ran:
+        result = await asyncio.to_thread(
+            CliRunner().invoke, app, [*args, "--url", self.url], catch_exceptions=False
+        )
+        return Ran(result.exit_code, result.stdout, result.stderr)
+
+
+@pytest.fixture
+def cli(embedded_url: str) -> Cli:
+    return Cli(embedded_url)
+
+
 @pytest.fixture
 def procs(embedded_url: str) -> Processes:
     return Processes(embedded_url, pythonpath=[HERE])
 
 
 async def test_prune_exports_then_deletes_finished_runs_only(
-    embedded: Backend, procs: Processes, tmp_path: Path
+    embedded: Backend, cli: Cli, tmp_path: Path
 ) -> None:
     finished, waiting = await finished_and_waiting(embedded)
     histories = {run_id: await embedded.history(run_id) for run_id in finished}
     kept = await embedded.history(waiting)
 
-    refused = procs.cli("runs", "prune", "--older-than", "0s", "--status", "suspended")
+    refused = await cli("runs", "prune", "--older-than", "0s", "--status", "suspended")
     assert refused.returncode == 2, refused.stderr
     assert "finished runs only" in refused.stderr
 
-    dry = procs.cli("runs", "prune", "--older-than", "0s", "--dry-run")
+    dry = await cli("runs", "prune", "--older-than", "0s", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert "2 succeeded/failed/cancelled run(s)" in dry.stdout
     for run_id in finished:
         await embedded.get_run(run_id)  # a dry run deletes nothing
 
     folder = tmp_path / "exported"
-    pruned = procs.cli("runs", "prune", "--older-than", "0s", "--export", str(folder))
+    pruned = await cli("runs", "prune", "--older-than", "0s", "--export", str(folder))
     assert pruned.returncode == 0, pruned.stderr
     assert "deleted 2 of 2" in pruned.stdout
     for run_id in finished:
@@ -76,24 +105,22 @@ async def test_prune_exports_then_deletes_finished_runs_only(
     assert (await embedded.get_run(waiting)).status is RunStatus.SUSPENDED
     assert await embedded.history(waiting) == kept
 
-    again = procs.cli("runs", "prune", "--older-than", "0s")
+    again = await cli("runs", "prune", "--older-than", "0s")
     assert again.returncode == 0 and "deleted 0 of 0" in again.stdout
 
 
 @one_embedded_store
-async def test_runs_list_stuck_and_stats_show_the_waiting_run(
-    embedded: Backend, procs: Processes
-) -> None:
+async def test_runs_list_stuck_and_stats_show_the_waiting_run(embedded: Backend, cli: Cli) -> None:
     _, waiting = await finished_and_waiting(embedded)
     info = await embedded.get_run(waiting)
 
-    stuck = procs.cli("runs", "list", "--stuck", "--older-than", "0s", "--json")
+    stuck = await cli("runs", "list", "--stuck", "--older-than", "0s", "--json")
     assert stuck.returncode == 0, stuck.stderr
     assert [json.loads(line)["run_id"] for line in stuck.stdout.splitlines()] == [waiting]
-    not_yet = procs.cli("runs", "list", "--stuck", "--older-than", "1h", "--json")
+    not_yet = await cli("runs", "list", "--stuck", "--older-than", "1h", "--json")
     assert not_yet.returncode == 0 and not_yet.stdout == ""
 
-    table = procs.cli("runs", "list")
+    table = await cli("runs", "list")
     assert table.returncode == 0, table.stderr
     header = table.stdout.splitlines()[0].split()
     assert header[:5] == ["RUN", "WORKFLOW", "STATUS", "AGE", "WAITING"]
@@ -101,7 +128,7 @@ async def test_runs_list_stuck_and_stats_show_the_waiting_run(
     assert row.split()[2:5] == ["suspended", row.split()[3], "approval"]
 
     before = time.time()
-    stats = procs.cli("stats", "--json")
+    stats = await cli("stats", "--json")
     after = time.time()
     assert stats.returncode == 0, stats.stderr
     figures = json.loads(stats.stdout)

@@ -48,7 +48,7 @@ def run_ids(html: str) -> list[str]:
 
 @one_embedded_store
 async def test_filters_paging_summary_and_export(
-    embedded: Backend, embedded_console: ConsoleProcess
+    embedded: Backend, console_command: ConsoleProcess
 ) -> None:
     tag = uuid.uuid4().hex[:6]
     refunds = [f"refund-{tag}-{n:02d}" for n in range(51)]
@@ -58,7 +58,7 @@ async def test_filters_paging_summary_and_export(
     await embedded.start(transfer, ("order", 9), {}, run_id=parked)
     await embedded.idle()
 
-    with logged_in(embedded_console) as client:
+    with logged_in(console_command) as client:
         first = client.get("/")
         assert first.status_code == 200
         assert len(run_ids(first.text)) == 50  # a page
@@ -94,5 +94,5 @@ async def test_filters_paging_summary_and_export(
         missing = client.get("/runs/no-such-run")
         assert missing.status_code == 404 and "No such run" in missing.text
 
-    anonymous = httpx.get(f"{embedded_console.base}/runs/{parked}/export.jsonl")
+    anonymous = httpx.get(f"{console_command.base}/runs/{parked}/export.jsonl")
     assert anonymous.status_code == 303 and "/login" in anonymous.headers["location"]

@@ -62,7 +62,8 @@ async def test_scraped_figures_match_the_history(
 
         # the console's /metrics: what the backend holds, read at scrape time
         before = time.time()
-        held = samples(httpx.get(f"{embedded_console.base}/metrics", timeout=30).text)
+        async with httpx.AsyncClient(timeout=30) as client:
+            held = samples((await client.get(f"{embedded_console.base}/metrics")).text)
         after = time.time()
         assert value(held, "perdure_runs", status="suspended", workflow=WORKFLOW) == 1
         assert value(held, "perdure_suspended_runs", signal="approval") == 1
