@@ -62,8 +62,8 @@ async def test_operator_approves_a_suspended_run_and_sees_approver_and_wait(
     assert data["sent_by"] == "alice"
     assert data["payload"] == {"approved": True, "message": "within policy"}
 
-    await page.reload()
-    await expect(page.get_by_test_id("status")).to_have_text("succeeded")
+    # no reload: the page's htmx poll (every 5 s) brings the finished run in
+    await expect(page.get_by_test_id("status")).to_have_text("succeeded", timeout=60_000)
     await expect(page.get_by_test_id("decided-by")).to_have_text("alice")
     await expect(page.get_by_test_id("waited")).to_have_text(f"{data['waited']:.1f}s")
     await expect(
