@@ -11,6 +11,9 @@ Every session runs inside the one locked uv environment (`.venv`, from `uv.lock`
 from __future__ import annotations
 
 import contextlib
+import tarfile
+import tempfile
+import xml.etree.ElementTree as ET
 import os
 import socket
 import subprocess
@@ -129,3 +132,123 @@ def ci(session: nox.Session) -> None:
     """lint, then types, then tests; all three run, and any failure fails the whole."""
     for name in ("lint", "types", "tests"):
         session.notify(name)
+
+
+#: The Agents SDK test files whose Runner calls ``nox -s agents_suite`` routes to
+#: DurableRunner (paths inside the SDK's sdist).
+AGENTS_SUITE_TESTS = (
+    "tests/test_agent_runner.py",
+    "tests/test_agent_runner_streamed.py",
+    "tests/test_guardrails.py",
+    "tests/test_max_turns.py",
+    "tests/test_tool_use_behavior.py",
+    "tests/test_run_hooks.py",
+    "tests/test_agent_hooks.py",
+    "tests/test_global_hooks.py",
+    "tests/test_stream_events.py",
+    "tests/test_call_model_input_filter.py",
+    "tests/test_handoff_history_duplication.py",
+    "tests/test_handoff_prompt.py",
+    "tests/test_handoff_tool.py",
+    "tests/memory/test_session.py",
+    "tests/memory/test_session_limit.py",
+    "tests/memory/test_session_context_wrapper.py",
+    "tests/memory/test_session_persistence_sanitize.py",
+    "tests/test_run_state.py",
+    "tests/test_hitl_error_scenarios.py",
+    "tests/test_hitl_session_scenario.py",
+    "tests/test_hitl_utils.py",
+    "tests/test_agent_as_tool.py",
+)
+#: What the SDK's tests import beyond the SDK itself (its dev group, the part these use).
+AGENTS_SUITE_DEPS = ("pytest-mock", "inline-snapshot", "aiosqlite")
+
+
+@nox.session(python=False)
+def agents_suite(session: nox.Session) -> None:
+    """The OpenAI Agents SDK's own runner tests, from the sdist of the installed version,
+    once with plain Runner and once with every Runner call routed to DurableRunner
+    (perdure_openai_agents.suite_route); prints the paired counts and writes the failures
+    to agents-suite-report.txt. `-- -k name` narrows both runs."""
+    version = subprocess.check_output(
+        [*UV_RUN, "python", "-c", "import agents.version as v; print(v.__version__)"], text=True
+    ).strip()
+    with tempfile.TemporaryDirectory(prefix="agents-suite-") as tmp:
+        sdk = _download_sdist_tests(session, Path(tmp), version)
+        session.log(f"openai-agents {version} tests in {sdk}")
+        session.chdir(sdk)
+        withs = [arg for dep in AGENTS_SUITE_DEPS for arg in ("--with", dep)]
+        base = [*UV_RUN, "--project", str(ROOT), *withs, "pytest", *AGENTS_SUITE_TESTS]
+        base += ["-q", "-n", "2", "-p", "no:cacheprovider", "-o", "addopts=", *session.posargs]
+        outcomes = {}
+        for mode in ("plain", "durable"):
+            xml = Path(tmp) / f"{mode}.xml"
+            args = [*base, f"--junitxml={xml}"]
+            env = {"PERDURE_SUITE_REACHED": str(Path(tmp) / "reached")}
+            if mode == "durable":
+                args += ["-p", "perdure_openai_agents.suite_route"]
+            session.run(*args, env=env, external=True, success_codes=[0, 1])
+            outcomes[mode] = xml
+        session.chdir(ROOT)
+        report = _paired_report(outcomes["plain"], outcomes["durable"], Path(tmp) / "reached")
+        (ROOT / "agents-suite-report.txt").write_text(report)
+        print(report.split("\n\n", 1)[0])
+
+
+def _download_sdist_tests(session: nox.Session, into: Path, version: str) -> Path:
+    """The openai-agents sdist at ``version`` from PyPI (pip's own client), unpacked."""
+    session.run(
+        "uvx", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet",
+        f"openai-agents=={version}", "-d", str(into), external=True,
+    )  # fmt: skip
+    (archive,) = into.glob("openai_agents-*.tar.gz")
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return into / archive.name.removesuffix(".tar.gz")
+
+
+def _outcomes(junit: Path) -> dict[str, tuple[str, str]]:
+    """test id -> (passed | failed | skipped, first line of the failure)."""
+    out: dict[str, tuple[str, str]] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        test = f"{case.get('classname')}::{case.get('name')}"
+        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if bad is not None:
+            message = (bad.get("message") or "").strip().splitlines() or [""]
+            out[test] = ("failed", message[0][:300])
+        elif case.find("skipped") is not None:
+            out[test] = ("skipped", "")
+        else:
+            out[test] = ("passed", "")
+    return out
+
+
+def _junit_id(nodeid: str) -> str:
+    """``tests/a.py::C::t[x]`` as junit names it: ``tests.a.C::t[x]``."""
+    parts = nodeid.split("::")
+    module = parts[0].removesuffix(".py").replace("/", ".")
+    return ".".join([module, *parts[1:-1]]) + "::" + parts[-1]
+
+
+def _paired_report(plain: Path, durable: Path, reached: Path) -> str:
+    base, routed = _outcomes(plain), _outcomes(durable)
+    reached_ids = {
+        _junit_id(line)
+        for f in reached.parent.glob(reached.name + ".*")
+        for line in f.read_text().splitlines()
+    }
+    passed = {t for t, (o, _) in base.items() if o == "passed"}
+    both = {t for t in passed if routed.get(t, ("missing", ""))[0] == "passed"}
+    lost = sorted(passed - both)
+    through = {t for t in passed if t in reached_ids}
+    through_ok = through & both
+    pct = 100.0 * len(both) / max(len(passed), 1)
+    pct_through = 100.0 * len(through_ok) / max(len(through), 1)
+    head = (
+        f"agents_suite: plain Runner passes {len(passed)} of {len(base)} tests; "
+        f"with DurableRunner {len(both)} of those pass ({pct:.1f}%).\n"
+        f"  {len(through)} of them reached DurableRunner; {len(through_ok)} of those pass "
+        f"({pct_through:.1f}%)."
+    )
+    lines = [f"{t}\n    {routed.get(t, ('missing', 'not run'))[1]}" for t in lost]
+    return head + "\n\nFailing only with DurableRunner:\n" + "\n".join(lines) + "\n"

@@ -288,7 +288,12 @@ async def _start(argv: list[str]) -> None:
     try:
         if "--stream" in argv:
             streamed = DurableRunner.run_streamed(
-                agent, f"order {order}", run_id=run_id, session=session, backend=backend
+                agent,
+                f"order {order}",
+                run_id=run_id,
+                session=session,
+                backend=backend,
+                approvals="durable",
             )
             async for _ in streamed.stream_events():
                 pass

@@ -25,7 +25,6 @@ from perdure_openai_agents import (
     durable_tool,
 )
 from perdure_openai_agents._workflow import LOCAL
-from perdure_openai_agents._wrap import durable_run_config
 from perdure_openai_agents.testing import ConversationModel, tool_call
 
 
@@ -151,7 +150,11 @@ async def test_streaming_records_live_and_a_replay_does_not_repeat_events(
     perdure_backend: Any, receiver: Receiver
 ) -> None:
     streamed = DurableRunner.run_streamed(
-        sc.approval_agent, "order V", run_id="r-stream", backend=perdure_backend
+        sc.approval_agent,
+        "order V",
+        run_id="r-stream",
+        backend=perdure_backend,
+        approvals="durable",
     )
 
     async def approve_when_asked() -> None:
@@ -226,27 +229,34 @@ def _local_agent() -> Agent[Any]:
 
 
 async def test_bad_input_gets_a_clear_error(perdure_backend: Any) -> None:
-    with pytest.raises(ConfigurationError, match="agent_ref"):
-        await DurableRunner.run(_local_agent(), "hi", backend=perdure_backend)
-    with pytest.raises(ConfigurationError, match="context of a durable run must be JSON"):
+    with pytest.raises(ConfigurationError, match="needs an Agent"):
+        await DurableRunner.run("not an agent", "hi", backend=perdure_backend)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="no attribute"):
         await DurableRunner.run(
-            sc.parallel_agent, "order X", context=object(), backend=perdure_backend
+            _local_agent(), "hi", agent_ref=f"{__name__}:nowhere", backend=perdure_backend
         )
-    with pytest.raises(ConfigurationError, match="PerdureSession"):
+    with pytest.raises(ConfigurationError, match="approvals must be"):
         await DurableRunner.run(
-            sc.parallel_agent, "order X", session=SQLiteSession("x"), backend=perdure_backend
+            _local_agent(),
+            "hi",
+            approvals="later",  # type: ignore[arg-type]
+            backend=perdure_backend,
         )
-    with pytest.raises(ConfigurationError, match="server-managed"):
-        await DurableRunner.run(
-            sc.parallel_agent, "order X", previous_response_id="resp_1", backend=perdure_backend
-        )
-    with pytest.raises(ConfigurationError, match="not a RunState"):
-        state = await RunState.from_string(
-            sc.approval_agent,
-            (await Runner.run(sc.approval_agent, "order Y")).to_state().to_string(),
-        )
-        await DurableRunner.run(sc.approval_agent, state, backend=perdure_backend)  # type: ignore[arg-type]
-    assert durable_run_config(None, "r").tracing_disabled  # no key: no trace export
+
+
+async def test_per_request_agents_and_live_contexts_run_in_process(perdure_backend: Any) -> None:
+    agent = _local_agent()  # no module-level agent: fine for a run this process drives
+    live = object()  # a context holding a live object: not persisted, still passed as is
+    seen: list[Any] = []
+
+    def respond(conv: Any) -> str:
+        return "hi"
+
+    result = await DurableRunner.run(agent, "hello", context=live, backend=perdure_backend)
+    assert result.final_output == "hi"
+    assert result.last_agent is agent
+    assert result.context_wrapper.context is live
+    seen.append(respond)
 
 
 sent: list[str] = []
@@ -326,7 +336,7 @@ async def test_a_process_without_the_starters_objects_rebuilds_them_from_the_run
     spec = info.input["args"][0]
     assert spec["agent"] == "agent_scenarios:context_agent"
     assert spec["hooks"] == "agent_scenarios:counting_hooks"
-    assert spec["session"] == {"session_id": "s-W", "url": None, "limit": None}
+    assert spec["session"] == {"kind": "perdure", "session_id": "s-W", "url": None}
     # Forget what the starting process held, as a worker would not have it.
     LOCAL.clear()
     await handle.approve()

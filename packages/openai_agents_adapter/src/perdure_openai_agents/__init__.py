@@ -5,8 +5,9 @@ agent run is, so ``perdure worker my_agents_module`` can resume those runs.
 """
 
 from perdure_openai_agents._model import DurableModel, DurableProvider
+from perdure_openai_agents._sessions import JournaledSession
 from perdure_openai_agents._workflow import WORKFLOW_NAME, agent_run
-from perdure_openai_agents._wrap import durable_tool
+from perdure_openai_agents._wrap import durable_tool, in_durable_run
 from perdure_openai_agents.runner import (
     DurableResult,
     DurableRunHandle,
@@ -26,8 +27,10 @@ __all__ = [
     "DurableRunResult",
     "DurableRunResultStreaming",
     "DurableRunner",
+    "JournaledSession",
     "PerdureSession",
     "RecordedRunResult",
     "agent_run",
     "durable_tool",
+    "in_durable_run",
 ]

@@ -20,6 +20,8 @@ from openai.types.responses import (
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import BaseModel, TypeAdapter
 
+from perdure_openai_agents._compat import request_id_of
+
 _ITEM = TypeAdapter(ResponseOutputItem)
 _RAW = "__perdure_raw_item__"
 
@@ -82,7 +84,7 @@ def model_response_from_stream(response: Response, done_items: list[Any]) -> dic
             output=output,
             usage=usage,
             response_id=response.id,
-            request_id=getattr(response, "_request_id", None),
+            request_id=request_id_of(response),
         )
     )
 
@@ -105,12 +107,6 @@ def response_for_stream(data: dict[str, Any]) -> Response:
             reasoning_tokens=getattr(u.output_tokens_details, "reasoning_tokens", 0) or 0
         ),
     )
-    try:  # exact usage (request entries and all), as ScriptedModel does
-        from agents.usage import _attach_normalized_usage  # pyright: ignore[reportPrivateUsage]
-
-        _attach_normalized_usage(usage, u)
-    except ImportError:  # pragma: no cover - other SDK versions
-        pass
     response = Response(
         id=resp.response_id or "perdure-replayed",
         created_at=0,
@@ -126,8 +122,6 @@ def response_for_stream(data: dict[str, Any]) -> Response:
     )
     if resp.response_id is None:
         object.__setattr__(response, "id", None)
-    if resp.request_id is not None:
-        response._request_id = resp.request_id  # pyright: ignore[reportPrivateUsage]
     return response
 
 

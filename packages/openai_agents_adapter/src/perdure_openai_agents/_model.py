@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ from openai.types.responses import ResponseCompletedEvent
 
 import perdure
 from perdure.context import StepSpec, current_run, current_step_key
-from perdure.retry import RetryPolicy
+from perdure.retry import NO_RETRY, RetryPolicy
 from perdure.spi import recording_run, report_determinism
 from perdure_openai_agents._codec import (
     dump_model_response,
@@ -24,20 +25,21 @@ from perdure_openai_agents._codec import (
     model_response_from_stream,
     response_for_stream,
 )
+from perdure_openai_agents._errors import raise_step_failure
 
-#: Model calls retry transient failures at the step boundary; errors that say the
-#: request itself is wrong fail at once.
-MODEL_RETRY = RetryPolicy(max_attempts=3, initial_interval=0.5, max_interval=10.0)
+#: By default a model call is one attempt: the SDK (``ModelSettings.retry``) and the
+#: OpenAI client already retry, and stacking perdure's retries on theirs would bill more
+#: calls than plain ``Runner``. ``DurableRunner.run(..., model_retry=RetryPolicy(...))``
+#: opts in; the attempts are recorded in the run's history.
+MODEL_RETRY = NO_RETRY
 
 
 def _non_retryable() -> tuple[type[BaseException], ...]:
     import openai
     from agents.exceptions import AgentsException
-    from agents.testing import ModelScriptError
 
     return (
         AgentsException,
-        ModelScriptError,
         openai.BadRequestError,
         openai.AuthenticationError,
         openai.PermissionDeniedError,
@@ -52,15 +54,8 @@ def _non_retryable() -> tuple[type[BaseException], ...]:
 def model_spec(retry: RetryPolicy | None = None) -> StepSpec:
     """The step spec of one model call."""
     policy = retry or MODEL_RETRY
-    if not policy.non_retryable:
-        policy = RetryPolicy(
-            max_attempts=policy.max_attempts,
-            initial_interval=policy.initial_interval,
-            backoff=policy.backoff,
-            max_interval=policy.max_interval,
-            jitter=policy.jitter,
-            non_retryable=_non_retryable(),
-        )
+    if policy.max_attempts > 1 and not policy.non_retryable:
+        policy = dataclasses.replace(policy, non_retryable=_non_retryable())
     return StepSpec("model", "step", policy)
 
 
@@ -127,15 +122,21 @@ class DurableModel(Model):
             return await self.inner.get_response(*args, **kwargs)
         offered = _offered(args, kwargs)
 
+        live: list[ModelResponse] = []
+
         async def call() -> dict[str, Any]:
             response = await self.inner.get_response(*args, **kwargs)
+            live.append(response)
             return {
                 "response": dump_model_response(response),
                 "offered": offered,
                 "key": current_step_key.get(),
             }
 
-        record: dict[str, Any] = await ctx.step(self._spec, call, (), {})
+        with raise_step_failure():
+            record: dict[str, Any] = await ctx.step(self._spec, call, (), {})
+        if live:  # called now: the SDK gets the model's own response object
+            return live[0]
         _check_offered(record, offered)
         return load_model_response(record["response"])
 
@@ -154,6 +155,8 @@ class DurableModel(Model):
         queue: asyncio.Queue[Any] = asyncio.Queue()
         done = object()
 
+        live: list[Any] = []
+
         async def call() -> dict[str, Any]:
             completed = None
             items: list[Any] = []
@@ -161,7 +164,8 @@ class DurableModel(Model):
                 kind = getattr(event, "type", None)
                 if kind == "response.completed":
                     completed = event.response  # type: ignore[union-attr]
-                    continue  # handed on once recorded, identical to a replay
+                    live.append(event)
+                    continue  # handed on once recorded
                 if kind == "response.output_item.done":
                     items.append(event.item)  # type: ignore[union-attr]
                 queue.put_nowait(event)
@@ -183,12 +187,16 @@ class DurableModel(Model):
                 if event is done:
                     break
                 yield event
-            record: dict[str, Any] = step.result()
+            with raise_step_failure():
+                record: dict[str, Any] = step.result()
         finally:
             if not step.done():
                 step.cancel()
                 with contextlib.suppress(BaseException):
                     await step
+        if live:
+            yield live[0]  # called now: the model's own terminal event
+            return
         _check_offered(record, offered)
         yield ResponseCompletedEvent(
             type="response.completed",

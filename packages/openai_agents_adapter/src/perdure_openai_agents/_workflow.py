@@ -1,14 +1,19 @@
 """The perdure workflow every ``DurableRunner`` run is: ``openai_agents.run``.
 
-Its input names the agent by import locator; driving it (first time, or replaying after
-a crash in a worker) re-creates the agent, clones it durably and runs ``Runner.run``.
-Pending tool approvals become durable waits for the ``approval`` signal; recorded
-decisions are re-applied on every replay.
+In the process that started the run, driving it runs the SDK's own ``Runner`` on the
+user's own objects (agent, context, hooks, session); model and function-tool calls are
+steps (``_wrap``), session operations too (``_sessions``). A worker that resumes the run
+after a crash re-creates those objects from the run's input: by import locator (or
+factory) for the agent, hooks, run config and session, from recorded data for the
+context and the input; what it cannot re-create parks the run with a message that says
+what to provide. In the durable approval style pending tool approvals become durable
+waits for the ``approval`` signal; recorded decisions are re-applied on every replay.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import typing
@@ -18,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from agents import Agent, RunConfig, Runner
+from agents.exceptions import AgentsException
 from agents.lifecycle import RunHooksBase
-from agents.memory.session_settings import SessionSettings
 from agents.result import RunResult, RunResultStreaming
 from agents.run_state import RunState
 
@@ -27,16 +32,12 @@ import perdure
 from perdure.context import current_run
 from perdure.errors import SerializationError
 from perdure.locate import resolve
+from perdure.retry import RetryPolicy
 from perdure.serialization import from_jsonable, to_jsonable
-from perdure_openai_agents._model import DurableProvider, determinism_error
-from perdure_openai_agents._wrap import (
-    DRIVE,
-    Drive,
-    durable_clone,
-    durable_run_config,
-    install_runner_hook,
-)
-from perdure_openai_agents.session import PerdureSession
+from perdure_openai_agents import _sessions
+from perdure_openai_agents._errors import record_raised
+from perdure_openai_agents._model import determinism_error
+from perdure_openai_agents._wrap import DRIVE, Drive, install_hooks
 
 WORKFLOW_NAME = "openai_agents.run"
 
@@ -44,13 +45,22 @@ _END = object()
 
 
 class StreamSink:
-    """Carries a run's stream events from the drive in this process to its consumer."""
+    """Carries a run's stream events from the drive in this process to its consumer,
+    with the SDK's streamed result they came from."""
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         #: Segments (the run up to the first approval, then after each) whose events this
         #: consumer already received: a re-drive in this process does not repeat them.
         self.forwarded: set[int] = set()
+        self.inner: RunResultStreaming | None = None
+        #: ``cancel(mode)`` asked for before the SDK's streamed run existed.
+        self.cancel_mode: str | None = None
+
+    def attach(self, inner: RunResultStreaming) -> None:
+        self.inner = inner
+        if self.cancel_mode is not None:
+            inner.cancel(mode=self.cancel_mode)  # type: ignore[arg-type]
 
     def put(self, event: Any) -> None:
         self.queue.put_nowait(event)
@@ -72,13 +82,20 @@ class Local:
     run's input instead."""
 
     agent: Agent[Any] | None = None
+    input: Any = None
     context: Any = None
     has_context: bool = False
     hooks: Any = None
     run_config: Any = None
     session: Any = None
+    error_handlers: Any = None
+    model_retry: RetryPolicy | None = None
     sink: StreamSink | None = None
+    #: Rebuilding a finished run's result by replaying its history in this process:
+    #: no hooks, no tracing (nothing runs again, so nothing is reported again).
+    rebuilding: bool = False
     result: RunResult | RunResultStreaming | None = None
+    error: BaseException | None = None
 
 
 #: Per run id, in the process that started it.
@@ -86,14 +103,16 @@ LOCAL: dict[str, Local] = {}
 
 
 def _perdure_cause(exc: BaseException) -> perdure.PerdureError | None:
-    """The perdure error behind an SDK error (the SDK wraps tool errors in UserError)."""
+    """The perdure error behind an SDK error (the SDK wraps tool errors in UserError)
+    that must stop the drive: a lost lease, a determinism mismatch, an unknown outcome.
+    A failed step is user code failing, and stays the error it was."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
-        if isinstance(cur, perdure.PerdureError):
+        if isinstance(cur, perdure.PerdureError) and not isinstance(cur, perdure.StepFailedError):
             return cur
         seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
+        cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
     return None
 
 
@@ -132,14 +151,6 @@ def _decision(payload: Any) -> tuple[bool, str | None]:
     )
 
 
-def _session_from_spec(data: Any) -> PerdureSession | None:
-    if not data:
-        return None
-    limit = data.get("limit")
-    settings = SessionSettings(limit=limit) if limit is not None else None
-    return PerdureSession(data["session_id"], url=data.get("url"), session_settings=settings)
-
-
 async def _segment(
     agent: Agent[Any],
     input: Any,
@@ -147,33 +158,16 @@ async def _segment(
     *,
     stream: bool,
     sink: StreamSink | None,
-    context: Any,
-    max_turns: int | None,
-    hooks: Any,
-    run_config: RunConfig,
-    session: Any,
+    options: dict[str, Any],
 ) -> RunResult | RunResultStreaming:
-    """One ``Runner.run`` (or ``run_streamed``) up to the end or the next approvals."""
+    """One SDK run (``Runner.run`` or ``run_streamed``) up to the end or the next
+    approvals."""
     if not stream:
-        return await Runner.run(
-            agent,
-            input,
-            context=context,
-            max_turns=max_turns,
-            hooks=hooks,
-            run_config=run_config,
-            session=session,
-        )
-    streamed = Runner.run_streamed(
-        agent,
-        input,
-        context=context,
-        max_turns=max_turns,
-        hooks=hooks,
-        run_config=run_config,
-        session=session,
-    )
+        return await Runner.run(agent, input, **options)
+    streamed = Runner.run_streamed(agent, input, **options)
     forward = sink is not None and segment not in sink.forwarded
+    if forward and sink is not None:
+        sink.attach(streamed)
     async for event in streamed.stream_events():
         if forward and sink is not None:
             sink.put(event)
@@ -187,13 +181,120 @@ async def _segment(
     return streamed
 
 
+def _missing(run_id: str, what: str, detail: str) -> perdure.DeterminismError:
+    """This process cannot re-create part of the run: park it (another worker, or this
+    one given what is missing, can resume it) instead of failing it."""
+    return determinism_error(perdure.DeterminismError(run_id, what, detail))
+
+
 def _resolve_here(ref: str, what: str, run_id: str) -> Any:
-    """Resolve a locator while driving: a miss parks the run (this worker runs other
-    code than the run started on) instead of failing it."""
     try:
         return resolve(ref, what=what)
     except perdure.ConfigurationError as exc:
-        raise determinism_error(perdure.DeterminismError(run_id, what, str(exc))) from exc
+        raise _missing(run_id, what, str(exc)) from exc
+
+
+def _built(ref: str, what: str, run_id: str, kind: type[Any] | None = None) -> Any:
+    """The object a locator names; a callable that is not of ``kind`` is a factory."""
+    obj = _resolve_here(ref, what, run_id)
+    if kind is not None and not isinstance(obj, kind) and callable(obj):
+        obj = obj()
+    if kind is not None and not isinstance(obj, kind):
+        raise _missing(run_id, what, f"{ref!r} names a {type(obj).__name__}, not a {what}")
+    return obj
+
+
+async def _rebuilt(spec: dict[str, Any], run_id: str) -> Local:
+    """What a worker re-creates from the run's input."""
+    local = Local()
+    ref = spec.get("agent")
+    if not ref:
+        raise _missing(
+            run_id,
+            "agent",
+            f"agent {spec.get('agent_name')!r} was built in the process that started the "
+            "run (it is no module-level attribute), so this worker cannot re-create it: "
+            "start the run with agent_ref='module:attribute' naming the agent or a "
+            "factory that builds it",
+        )
+    local.agent = _built(ref, "agent", run_id, Agent)
+    if spec.get("run_config"):
+        local.run_config = _built(spec["run_config"], "run config", run_id, RunConfig)
+    elif spec.get("run_config_unpersisted"):
+        raise _missing(run_id, "run config", _unpersisted("run_config", spec))
+    if spec.get("hooks"):
+        local.hooks = _built(spec["hooks"], "hooks", run_id, RunHooksBase)
+    elif spec.get("hooks_unpersisted"):
+        raise _missing(run_id, "hooks", _unpersisted("hooks", spec))
+    if spec.get("error_handlers"):
+        local.error_handlers = _resolve_here(spec["error_handlers"], "error handlers", run_id)
+    elif spec.get("error_handlers_unpersisted"):
+        raise _missing(run_id, "error handlers", _unpersisted("error_handlers", spec))
+    context = spec.get("context")
+    if spec.get("context_ref"):
+        factory = _resolve_here(spec["context_ref"], "context factory", run_id)
+        data = None if context is None else context.get("value")
+        local.context = factory(from_jsonable(data, f"context of run {run_id!r}"))
+        local.has_context = True
+    elif context is not None:
+        if "unpersisted" in context:
+            raise _missing(
+                run_id,
+                "context",
+                f"the run's context (a {context['unpersisted']}) holds live objects that "
+                "were not persisted, so this worker cannot rebuild it: start the run with "
+                "context_ref='module:factory' (called with nothing, or with the context "
+                "data) so a worker can",
+            )
+        local.context = from_jsonable(context.get("value"), f"context of run {run_id!r}")
+        local.has_context = True
+    if spec.get("session"):
+        try:
+            local.session = _sessions.rebuild(
+                spec["session"], lambda ref, what: _resolve_here(ref, what, run_id)
+            )
+        except LookupError as exc:
+            raise _missing(run_id, "session", str(exc)) from None
+    raw = spec.get("input") or {}
+    if "run_state" in raw:
+        local.input = await RunState.from_json(local.agent, raw["run_state"])
+    elif "value" in raw:
+        local.input = from_jsonable(raw["value"], f"input of run {run_id!r}")
+    else:
+        raise _missing(
+            run_id, "input", f"the run's input (a {raw.get('unpersisted')}) was not persisted"
+        )
+    return local
+
+
+def _unpersisted(name: str, spec: dict[str, Any]) -> str:
+    return (
+        f"the run's {name} ({spec.get(name + '_unpersisted')}) was created in the process "
+        f"that started the run and is no module-level attribute: pass {name}_ref="
+        "'module:attribute' so a worker can re-create it"
+    )
+
+
+def _options(spec: dict[str, Any], local: Local) -> dict[str, Any]:
+    run_config = local.run_config
+    if local.rebuilding:
+        base = run_config if isinstance(run_config, RunConfig) else RunConfig()
+        run_config = dataclasses.replace(base, tracing_disabled=True)
+    options: dict[str, Any] = {
+        "context": local.context if local.has_context else None,
+        "max_turns": spec.get("max_turns"),
+        "hooks": None if local.rebuilding else local.hooks,
+        "run_config": run_config,
+        "previous_response_id": spec.get("previous_response_id"),
+        "auto_previous_response_id": bool(spec.get("auto_previous_response_id")),
+        "conversation_id": spec.get("conversation_id"),
+        "session": _sessions.journaled(local.session),
+    }
+    if local.error_handlers is not None:
+        options["error_handlers"] = local.error_handlers
+    if options["max_turns"] is None:
+        del options["max_turns"]
+    return options
 
 
 def register_agent_types(agent: Agent[Any], seen: set[int] | None = None) -> None:
@@ -212,54 +313,22 @@ def register_agent_types(agent: Agent[Any], seen: set[int] | None = None) -> Non
 
 
 async def _drive(spec: dict[str, Any], run_id: str, local: Local | None) -> dict[str, Any]:
-    if local is not None and local.agent is not None:
-        agent = local.agent
-    else:
-        agent = _resolve_here(spec["agent"], "agent", run_id)
-    if not isinstance(agent, Agent):
-        raise perdure.ConfigurationError(
-            f"{spec['agent']!r} names a {type(agent).__name__}, not an agent"
-        )
+    objects = local if local is not None and local.agent is not None else None
+    if objects is None:
+        objects = await _rebuilt(spec, run_id)
+    assert objects.agent is not None
+    agent = objects.agent
     register_agent_types(agent)
-    run_config: Any = None
-    if local is not None and local.run_config is not None:
-        run_config = local.run_config
-    elif spec.get("run_config"):
-        run_config = _resolve_here(spec["run_config"], "run config", run_id)
-    hooks: Any = None
-    if local is not None and local.hooks is not None:
-        hooks = local.hooks
-    elif spec.get("hooks"):
-        hooks = _resolve_here(spec["hooks"], "hooks", run_id)
-        if not isinstance(hooks, RunHooksBase):
-            raise perdure.ConfigurationError(f"{spec['hooks']!r} is not a RunHooks")
-    if local is not None and local.has_context:
-        context = local.context
-    else:
-        context = from_jsonable(spec.get("context"), f"context of run {run_id!r}")
-    if local is not None and local.session is not None:
-        session = local.session
-    else:
-        session = _session_from_spec(spec.get("session"))
     stream = bool(spec.get("stream"))
-    sink = local.sink if local is not None else None
-
-    config = durable_run_config(run_config, run_id)
-    drive = Drive(run_id, config)
-    token = DRIVE.set(drive)
+    sink = objects.sink
+    options = _options(spec, objects)
+    token = DRIVE.set(Drive(run_id, objects.model_retry))
     try:
-        start = durable_clone(agent, drive)
-        common: dict[str, Any] = {
-            "stream": stream,
-            "sink": sink,
-            "max_turns": spec.get("max_turns"),
-            "hooks": hooks,
-            "run_config": config,
-            "session": session,
-        }
         segment = 0
-        result = await _segment(start, spec["input"], segment, context=context, **common)
-        while result.interruptions:
+        result = await _segment(
+            agent, objects.input, segment, stream=stream, sink=sink, options=options
+        )
+        while spec.get("approvals") == "durable" and result.interruptions:
             state: RunState[Any] = result.to_state()
             for item in result.interruptions:
                 payload = await perdure.wait_for_signal(
@@ -271,19 +340,21 @@ async def _drive(spec: dict[str, Any], run_id: str, local: Local | None) -> dict
                 else:
                     state.reject(item, rejection_message=message)
             segment += 1
-            result = await _segment(start, state, segment, context=None, **common)
+            options["context"] = None
+            result = await _segment(
+                agent, state, segment, stream=stream, sink=sink, options=options
+            )
     except Exception as exc:
         cause = _perdure_cause(exc)
         if cause is not None and cause is not exc:
             raise cause from exc
+        objects.error = exc
+        if isinstance(exc, AgentsException):
+            await record_raised(exc)
         raise
     finally:
         DRIVE.reset(token)
-        provider = config.model_provider
-        if isinstance(provider, DurableProvider):
-            await provider.aclose()
-    if local is not None:
-        local.result = result
+    objects.result = result
     try:
         final: Any = to_jsonable(result.final_output, "final output")
         as_text = False
@@ -293,13 +364,14 @@ async def _drive(spec: dict[str, Any], run_id: str, local: Local | None) -> dict
         "final_output": final,
         "final_output_as_text": as_text,
         "last_agent": result.last_agent.name,
+        "interruptions": len(result.interruptions),
     }
 
 
 @perdure.workflow(name=WORKFLOW_NAME)
 async def agent_run(spec: dict[str, Any]) -> dict[str, Any]:
     """One durable Agents SDK run (see ``DurableRunner``)."""
-    install_runner_hook()
+    install_hooks()
     ctx = current_run.get()
     run_id = ctx.run_id if ctx is not None else f"plain-{uuid.uuid4().hex}"
     return await _drive(spec, run_id, LOCAL.get(run_id))

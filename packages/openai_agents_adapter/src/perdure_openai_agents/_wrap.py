@@ -1,31 +1,30 @@
-"""Durable clones of agents: tool calls become steps, handoffs lead to durable clones.
+"""Model and tool calls of a durable run become steps, on the user's own objects.
 
-The user's agents and tools are never mutated: each drive of a run works on clones
-(``Agent.clone`` with new ``tools``/``handoffs`` lists, tools copied with
-``dataclasses.replace``).
+Nothing is cloned: the run loop resolves each model and invokes each function tool
+through two hooks (see ``_compat``) that, while a durable run is driven in the current
+context, record the call as a step — and replay it from the history after a crash.
+Outside a durable run they only delegate.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents import Agent, FunctionTool, Handoff, RunConfig
+from agents import FunctionTool
 from agents.models.interface import Model
-from agents.run_context import RunContextWrapper
 from agents.tool_context import ToolContext
 
 from perdure.context import StepKind, StepSpec
 from perdure.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from perdure.spi import recording_run
+from perdure_openai_agents import _compat
 from perdure_openai_agents._codec import encode_tool_output
-from perdure_openai_agents._model import DurableModel, DurableProvider
+from perdure_openai_agents._errors import raise_step_failure
+from perdure_openai_agents._model import DurableModel
 
-_MARK = "_perdure_durable_clone"
 _TOOL_SPEC = "_perdure_tool_spec"
 
 
@@ -34,11 +33,16 @@ class Drive:
     """State of one drive of one run, visible to every task the SDK spawns in it."""
 
     run_id: str
-    run_config: RunConfig | None = None
-    clones: dict[int, tuple[Agent[Any], Agent[Any]]] = field(default_factory=lambda: {})
+    model_retry: RetryPolicy | None = None
+    models: dict[int, tuple[Model, DurableModel]] = field(default_factory=lambda: {})
 
 
 DRIVE: ContextVar[Drive | None] = ContextVar("perdure_openai_agents_drive", default=None)
+
+
+def in_durable_run() -> bool:
+    """True inside a durable agent run this process drives (outside any step)."""
+    return DRIVE.get() is not None and recording_run() is not None
 
 
 def durable_tool(
@@ -66,160 +70,49 @@ def durable_tool(
 
 def _records_itself(tool: FunctionTool) -> bool:
     """True when the tool's function is a perdure step or effect: it records itself."""
-    try:
-        fn = tool.__wrapped__
-    except AttributeError:
-        return False
+    fn = getattr(tool, "__wrapped__", None)
     return getattr(fn, "__perdure_step__", None) is not None
 
 
-def _invoke_context(tool: FunctionTool, ctx: ToolContext[Any]) -> Any:
-    try:
-        from agents.tool import (
-            _get_function_tool_invoke_context,  # pyright: ignore[reportPrivateUsage]
-        )
-    except ImportError:  # pragma: no cover - other SDK versions
-        return ctx
-    return _get_function_tool_invoke_context(tool, ctx)
+def _model_hook(model: Model) -> Model:
+    drive = DRIVE.get()
+    if drive is None or not in_durable_run() or isinstance(model, DurableModel):
+        return model
+    hit = drive.models.get(id(model))
+    if hit is None or hit[0] is not model:
+        hit = (model, DurableModel.wrapping(model, retry=drive.model_retry))
+        drive.models[id(model)] = hit
+    return hit[1]
 
 
-def wrap_tool(tool: Any) -> Any:
-    """A copy of ``tool`` whose calls are recorded steps (function tools only)."""
-    if not isinstance(tool, FunctionTool):
-        return tool  # hosted tools run inside the recorded model call
+async def _tool_hook(
+    invoke: _compat.ToolInvoker, tool: FunctionTool, context: ToolContext[Any], arguments: str
+) -> Any:
+    run = recording_run()
+    if run is None or DRIVE.get() is None:
+        return await invoke(function_tool=tool, context=context, arguments=arguments)
     spec: StepSpec | None = tool.__dict__.get(_TOOL_SPEC)
     if spec is None:
-        if tool._is_agent_tool or _records_itself(tool):  # pyright: ignore[reportPrivateUsage]
+        if _compat.is_agent_tool(tool) or _records_itself(tool):
             # An agent used as a tool: its nested run records its own model and tool
-            # calls (see DurableAgentRunner). A perdure step/effect records itself.
-            return tool
+            # calls. A perdure step/effect records itself.
+            return await invoke(function_tool=tool, context=context, arguments=arguments)
         spec = StepSpec(f"tool:{tool.name}", "step", NO_RETRY)
-    original = tool.on_invoke_tool
-    step_spec = spec
+    live: list[Any] = []
 
-    async def on_invoke_tool(ctx: ToolContext[Any], input: str) -> Any:
-        run = recording_run()
-        invoke_ctx = _invoke_context(tool, ctx)
-        if run is None:
-            return await original(invoke_ctx, input)
+    async def call() -> dict[str, Any]:
+        invocation = await invoke(function_tool=tool, context=context, arguments=arguments)
+        live.append(invocation)
+        output, sdk_error = _compat.invocation_fields(invocation)
+        return {"output": encode_tool_output(output, context.tool_call), "sdk_error": sdk_error}
 
-        async def call() -> Any:
-            value = await original(invoke_ctx, input)
-            return encode_tool_output(value, ctx.tool_call)
-
-        return await run.step(step_spec, call, (), {})
-
-    on_invoke_tool.__annotations__ = {"ctx": ToolContext, "input": str, "return": Any}
-    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+    with raise_step_failure():
+        record: dict[str, Any] = await run.step(spec, call, (), {})
+    if live:  # called now: the SDK continues with the tool's own return value
+        return live[0]
+    return _compat.tool_invocation(record["output"], bool(record.get("sdk_error")))
 
 
-def _wrap_handoff(entry: Any, drive: Drive) -> Any:
-    if isinstance(entry, Agent):
-        return durable_clone(entry, drive)
-    if not isinstance(entry, Handoff):
-        return entry
-    original: Callable[[RunContextWrapper[Any], str], Awaitable[Any]] = entry.on_invoke_handoff
-
-    async def on_invoke_handoff(ctx: RunContextWrapper[Any], input_json: str) -> Any:
-        target = await original(ctx, input_json)
-        return durable_clone(target, drive) if isinstance(target, Agent) else target
-
-    wrapped = dataclasses.replace(entry, on_invoke_handoff=on_invoke_handoff)
-    wrapped._agent_ref = entry._agent_ref  # pyright: ignore[reportPrivateUsage]
-    return wrapped
-
-
-def is_durable_clone(agent: Agent[Any]) -> bool:
-    return bool(agent.__dict__.get(_MARK))
-
-
-def durable_clone(agent: Agent[Any], drive: Drive) -> Agent[Any]:
-    """The durable clone of ``agent`` for this drive (memoized: handoff graphs may cycle)."""
-    if is_durable_clone(agent):
-        return agent
-    hit = drive.clones.get(id(agent))
-    if hit is not None and hit[0] is agent:
-        return hit[1]
-    changes: dict[str, Any] = {"tools": [wrap_tool(t) for t in agent.tools]}
-    if isinstance(agent.model, Model) and not isinstance(agent.model, DurableModel):
-        changes["model"] = DurableModel.wrapping(agent.model)
-        changes["model_settings"] = agent.model_settings
-    clone = agent.clone(**changes)
-    clone.__dict__[_MARK] = True
-    drive.clones[id(agent)] = (agent, clone)
-    clone.handoffs = [_wrap_handoff(h, drive) for h in agent.handoffs]
-    return clone
-
-
-def durable_run_config(run_config: RunConfig | dict[str, Any] | None, run_id: str) -> RunConfig:
-    """``run_config`` with a recording model provider, a stable group id and, without an
-    ``OPENAI_API_KEY``, tracing export off."""
-    if isinstance(run_config, dict):
-        base = RunConfig(**run_config)  # pyright: ignore[reportUnknownArgumentType]
-        owned = "model_provider" not in run_config
-    elif run_config is None:
-        base, owned = RunConfig(), True
-    else:
-        base, owned = run_config, False
-    if isinstance(base.model_provider, DurableProvider):
-        return base
-    changes: dict[str, Any] = {"model_provider": DurableProvider(base.model_provider, owned=owned)}
-    if isinstance(base.model, Model):
-        changes["model"] = DurableModel.wrapping(base.model)
-    if not base.tracing_disabled and not os.environ.get("OPENAI_API_KEY"):
-        changes["tracing_disabled"] = True
-    if base.group_id is None:
-        changes["group_id"] = run_id
-    return dataclasses.replace(base, **changes)
-
-
-def _durable_args(agent: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    drive = DRIVE.get()
-    if drive is None or recording_run() is None:
-        return agent, kwargs
-    if isinstance(agent, Agent):
-        agent = durable_clone(agent, drive)  # pyright: ignore[reportUnknownArgumentType]
-    run_config = kwargs.get("run_config")
-    if run_config is None and drive.run_config is not None:
-        kwargs["run_config"] = drive.run_config
-    elif not (
-        isinstance(run_config, RunConfig) and isinstance(run_config.model_provider, DurableProvider)
-    ):
-        kwargs["run_config"] = durable_run_config(run_config, drive.run_id)
-    return agent, kwargs
-
-
-class DurableAgentRunner:
-    """The SDK's default runner, made durable inside a run.
-
-    An agent used as a tool runs a nested ``Runner.run`` on the *original* agent object;
-    inside a durable run this swaps in its durable clone (and a recording run config), so
-    the nested model and tool calls are steps of the enclosing run. Outside a run, and
-    for every other call, it only delegates.
-    """
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    async def run(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
-        starting_agent, kwargs = _durable_args(starting_agent, kwargs)
-        return await self.inner.run(starting_agent, input, **kwargs)
-
-    def run_sync(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
-        return self.inner.run_sync(starting_agent, input, **kwargs)
-
-    def run_streamed(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
-        starting_agent, kwargs = _durable_args(starting_agent, kwargs)
-        return self.inner.run_streamed(starting_agent, input, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-def install_runner_hook() -> None:
-    """Make the SDK's default runner durable-aware (idempotent; plain runs unaffected)."""
-    from agents.run import get_default_agent_runner, set_default_agent_runner
-
-    current = get_default_agent_runner()
-    if not isinstance(current, DurableAgentRunner):
-        set_default_agent_runner(DurableAgentRunner(current))  # type: ignore[arg-type]
+def install_hooks() -> None:
+    """Make model and function-tool calls of durable runs steps (idempotent)."""
+    _compat.install(_model_hook, _tool_hook)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from agents import Agent, RunConfig, RunHooks
+from agents import Agent, RunConfig, RunContextWrapper, RunHooks
 from agents.items import TResponseInputItem
 from agents.memory.session import Session
 from agents.result import RunResult, RunResultStreaming
@@ -20,26 +22,37 @@ from agents.stream_events import StreamEvent
 import perdure
 from perdure import Backend, ConfigurationError, RunHandle, RunInfo, RunStatus
 from perdure.config import resolve_url
-from perdure.errors import DeterminismError, NeedsAttentionError, SerializationError
-from perdure.locate import locate, resolve
-from perdure.records import Event
+from perdure.engine.replay_check import check_replay
+from perdure.errors import (
+    DeterminismError,
+    NeedsAttentionError,
+    RunFailedError,
+    SerializationError,
+)
+from perdure.locate import find, resolve
+from perdure.records import Event, EventKind
 from perdure.registry import open_backend
+from perdure.retry import RetryPolicy
 from perdure.serialization import from_jsonable, to_jsonable
+from perdure_openai_agents import _compat, _errors, _sessions
 from perdure_openai_agents._workflow import LOCAL, Local, StreamSink, agent_run
-from perdure_openai_agents.session import PerdureSession
+
+Approvals = Literal["sdk", "durable"]
 
 T = TypeVar("T")
 
 
 class DurableRunResult(RunResult):
-    """The SDK's ``RunResult`` of a durable run, plus its ``run_id``."""
+    """The SDK's ``RunResult`` of a durable run (every attribute and method its own),
+    plus the run's ``run_id``."""
 
     run_id: str
 
     @classmethod
-    def adopt(cls, result: RunResult, run_id: str) -> DurableRunResult:
-        result.__class__ = cls
-        adopted: DurableRunResult = result  # type: ignore[assignment]
+    def of(cls, result: RunResult, run_id: str) -> DurableRunResult:
+        """A ``DurableRunResult`` holding ``result``'s state (``result`` is untouched)."""
+        adopted = cls.__new__(cls)
+        adopted.__dict__.update(result.__dict__)
         adopted.run_id = run_id
         return adopted
 
@@ -115,19 +128,59 @@ class DurableRunHandle:
         return await self._handle.cancel()
 
     async def result(self, *, timeout: float | None = None) -> DurableResult:
-        """Wait for the run to end; raises as ``perdure.RunHandle.result`` does."""
+        """Wait for the run to end and return the SDK's result of it — rebuilt from its
+        history (by replaying it here, nothing executes) when another process drove its
+        end. An SDK exception the run ended with is raised as that exception."""
+        local = LOCAL.get(self.run_id)
         try:
             value = await _isolated(self._handle.result(timeout=timeout))
         except (NeedsAttentionError, DeterminismError, TimeoutError):
             raise  # the run may still finish here later: keep what this process holds
+        except RunFailedError as failed:
+            LOCAL.pop(self.run_id, None)
+            if local is not None and local.error is not None:
+                raise local.error from None
+            raised = await self._recorded_exception(local)
+            if raised is not None:
+                raise raised from failed
+            raise
         except BaseException:
             LOCAL.pop(self.run_id, None)
             raise
-        local = LOCAL.pop(self.run_id, None)
+        LOCAL.pop(self.run_id, None)
         live = None if local is None else local.result
+        if live is None and local is not None and local.agent is not None:
+            live = await self._replayed(local)
+        if isinstance(live, DurableRunResult | DurableRunResultStreaming):
+            return live
+        if isinstance(live, RunResultStreaming):
+            return live  # type: ignore[return-value]
         if isinstance(live, RunResult):
-            return DurableRunResult.adopt(live, self.run_id)
+            return DurableRunResult.of(live, self.run_id)
         return recorded_result(self.run_id, value)
+
+    async def _recorded_exception(self, local: Local | None) -> BaseException | None:
+        if local is None or local.agent is None:
+            return None
+        for event in reversed(await self.history()):
+            name = event.step_key or ""
+            if event.kind is EventKind.STEP_COMPLETED and name.endswith(":agents:raised"):
+                data = (event.data or {}).get("result")
+                if isinstance(data, dict):
+                    return _errors.rebuild(data, local.agent, local.run_config)  # pyright: ignore[reportUnknownArgumentType]
+        return None
+
+    async def _replayed(self, local: Local) -> RunResult | RunResultStreaming | None:
+        """The run's result, by replaying its recorded history in memory here."""
+        info = await self._handle.info()
+        history = await self._handle.history()
+        again = dataclasses.replace(local, rebuilding=True, result=None, error=None)
+        LOCAL[self.run_id] = again
+        try:
+            await _isolated(check_replay(info, history))
+        finally:
+            LOCAL.pop(self.run_id, None)
+        return again.result
 
 
 def recorded_result(run_id: str, value: Any) -> RecordedRunResult:
@@ -136,6 +189,33 @@ def recorded_result(run_id: str, value: Any) -> RecordedRunResult:
     if not data.get("final_output_as_text"):
         final = from_jsonable(final, f"final output of run {run_id!r}")
     return RecordedRunResult(run_id, final, str(data.get("last_agent", "")))
+
+
+def _persisted_input(input: Any) -> dict[str, Any]:
+    if isinstance(input, RunState):
+        try:
+            return {"run_state": to_jsonable(input.to_json(), "run state")}
+        except Exception:  # a context the SDK cannot serialize
+            return {"unpersisted": "RunState"}
+    try:
+        return {"value": to_jsonable(input, "input")}
+    except SerializationError:
+        return {"unpersisted": type(input).__name__}
+
+
+def _ref(obj: Any, given: str | None, spec: dict[str, Any], name: str) -> None:
+    """Record where a worker finds ``obj`` (or that it cannot)."""
+    if obj is None:
+        return
+    if given is not None:
+        resolve(given, what=name.replace("_", " "))  # a bad locator fails now, not later
+        spec[name] = given
+        return
+    found = find(obj)
+    if found is not None:
+        spec[name] = found
+    else:
+        spec[name + "_unpersisted"] = type(obj).__qualname__
 
 
 def _prepare(
@@ -154,76 +234,59 @@ def _prepare(
     agent_ref: str | None,
     run_config_ref: str | None,
     hooks_ref: str | None,
+    session_ref: str | None,
+    context_ref: str | None,
+    error_handlers_ref: str | None,
+    model_retry: RetryPolicy | None,
     stream: bool,
+    approvals: Approvals,
 ) -> tuple[dict[str, Any], Local]:
     if not isinstance(starting_agent, Agent):
         raise ConfigurationError(f"DurableRunner needs an Agent, not {type(starting_agent)!r}")
-    if isinstance(input, RunState):
-        raise ConfigurationError(
-            "DurableRunner takes the run's original input, not a RunState: a durable run "
-            "resumes by itself, and approvals are given with `perdure approve RUN_ID`"
-        )
-    if previous_response_id or auto_previous_response_id or conversation_id:
-        raise ConfigurationError(
-            "DurableRunner does not support server-managed conversation state "
-            "(previous_response_id, auto_previous_response_id, conversation_id): a replay "
-            "would send to the server again; keep history in a PerdureSession instead"
-        )
-    if error_handlers:
-        raise ConfigurationError("DurableRunner does not support error_handlers yet")
-    if agent_ref is not None:
-        if not isinstance(resolve(agent_ref, what="agent"), Agent):
-            raise ConfigurationError(f"agent_ref {agent_ref!r} does not name an Agent")
-        agent_loc = agent_ref
-    else:
-        agent_loc = locate(starting_agent, what="agent", hint="agent_ref")
-    config_loc = None
-    if run_config is not None:
-        config_loc = run_config_ref or locate(run_config, what="run config", hint="run_config_ref")
-    hooks_loc = None
-    if hooks is not None:
-        hooks_loc = hooks_ref or locate(hooks, what="hooks", hint="hooks_ref")
-    try:
-        input_data = to_jsonable(input, "input")
-    except SerializationError as exc:
-        raise ConfigurationError(f"the input of a durable run must be JSON data: {exc}") from None
-    try:
-        context_data = to_jsonable(context, "context")
-    except SerializationError as exc:
-        raise ConfigurationError(
-            "the context of a durable run must be JSON data, a dataclass or a pydantic model, "
-            f"so a worker can rebuild it after a crash: {exc}"
-        ) from None
-    session_data: dict[str, Any] | None = None
-    if session is not None:
-        if not isinstance(session, PerdureSession):
-            raise ConfigurationError(
-                f"a durable run needs a PerdureSession, not {type(session).__name__}: other "
-                "sessions would repeat their writes when the run is replayed after a crash"
-            )
-        settings = session.session_settings
-        session_data = {
-            "session_id": session.session_id,
-            "url": session.url,
-            "limit": None if settings is None else settings.limit,
-        }
-    spec = {
-        "agent": agent_loc,
-        "input": input_data,
+    if approvals not in ("sdk", "durable"):
+        raise ConfigurationError(f"approvals must be 'sdk' or 'durable', not {approvals!r}")
+    spec: dict[str, Any] = {
+        "agent": None,
+        "agent_name": starting_agent.name,
+        "input": _persisted_input(input),
         "max_turns": max_turns,
-        "context": context_data,
-        "run_config": config_loc,
-        "hooks": hooks_loc,
-        "session": session_data,
+        "previous_response_id": previous_response_id,
+        "auto_previous_response_id": auto_previous_response_id,
+        "conversation_id": conversation_id,
         "stream": stream,
+        "approvals": approvals,
     }
+    if agent_ref is not None:
+        target = resolve(agent_ref, what="agent")
+        if not isinstance(target, Agent) and not callable(target):
+            raise ConfigurationError(
+                f"agent_ref {agent_ref!r} names neither an Agent nor a factory"
+            )
+        spec["agent"] = agent_ref
+    else:
+        spec["agent"] = find(starting_agent)
+    _ref(run_config, run_config_ref, spec, "run_config")
+    _ref(hooks, hooks_ref, spec, "hooks")
+    _ref(error_handlers, error_handlers_ref, spec, "error_handlers")
+    if context_ref is not None:
+        resolve(context_ref, what="context factory")
+        spec["context_ref"] = context_ref
+    if context is not None and not isinstance(input, RunState):
+        try:
+            spec["context"] = {"value": to_jsonable(context, "context")}
+        except SerializationError:
+            spec["context"] = {"unpersisted": type(context).__qualname__}
+    spec["session"] = _sessions.describe(session, session_ref)
     local = Local(
         agent=starting_agent,
+        input=input,
         context=context,
         has_context=context is not None,
         hooks=hooks,
         run_config=run_config,
         session=session,
+        error_handlers=error_handlers,
+        model_retry=model_retry,
     )
     return spec, local
 
@@ -250,92 +313,157 @@ async def _start(
     return DurableRunHandle(handle)
 
 
-class DurableRunResultStreaming:
-    """A streamed durable run: ``stream_events()`` yields the SDK's events live.
+#: What a streamed durable result keeps as its own rather than taking from the SDK's
+#: streamed result of the drive: its event plumbing and its identity.
+_OWN_FIELDS = frozenset(
+    {
+        "_event_queue",
+        "_input_guardrail_queue",
+        "run_loop_task",
+        "_stream_consumers_stopped",
+        "_active_stream_consumers",
+        "run_id",
+        "handle",
+    }
+)
 
-    After a resume in this process (a new consumer calling ``run_streamed`` with the
-    same ``run_id``), the recorded part of the run arrives first in condensed form — one
-    raw ``response.completed`` per recorded model call plus the run-item events — then
-    live events. If another process drives the run, no events arrive and the stream ends
-    when the run does; ``final_output`` is then the recorded one.
+
+class DurableRunResultStreaming(RunResultStreaming):
+    """The SDK's ``RunResultStreaming`` of a durable run, plus its ``run_id``.
+
+    ``stream_events()`` yields the SDK's events of the drive in this process as they
+    come; attributes (``current_agent``, ``current_turn``, ``new_items``, ...) follow the
+    SDK's streamed result of that drive, ``cancel()`` cancels it. When the run had
+    finished before (a re-sent ``run_id``, or another process drove its end), its
+    events are those of a replay of its history: nothing executes again.
     """
 
-    def __init__(self, run_id: str, sink: StreamSink) -> None:
-        self.run_id = run_id
-        self._sink = sink
-        self._task: asyncio.Task[None] | None = None
-        self._result: DurableResult | None = None
-        self._live: RunResultStreaming | None = None
-        self._error: BaseException | None = None
-        self.handle: DurableRunHandle | None = None
+    run_id: str
+    handle: DurableRunHandle | None
 
-    async def _run(
+    def _follow(self) -> None:
+        inner = self._perdure_sink.inner  # pyright: ignore[reportUnknownMemberType]
+        if inner is not None:
+            own = {k: v for k, v in inner.__dict__.items() if k not in _OWN_FIELDS}
+            self.__dict__.update(own)
+
+    async def _drive(
         self, spec: dict[str, Any], local: Local, url: str | None, backend: Backend | None
     ) -> None:
+        sink: StreamSink = self._perdure_sink  # pyright: ignore[reportUnknownMemberType]
         try:
             self.handle = await _start(spec, local, self.run_id, url, backend)
-            self._result = await self.handle.result()
-            if isinstance(local.result, RunResultStreaming):
-                self._live = local.result
+            result = await self.handle.result()
+            if isinstance(result, RunResultStreaming) and result is not sink.inner:
+                sink.inner = result
         except BaseException as exc:
-            self._error = exc
+            self._perdure_error = exc
+            raise  # awaiting run_loop_task raises it, as the SDK's does
         finally:
-            self._sink.close()
+            sink.close()
 
-    async def stream_events(self) -> AsyncIterator[StreamEvent]:
+    async def stream_events(self) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
         """The run's stream events; raises the run's error, if any, at the end."""
-        async for event in self._sink.events():
+        sink: StreamSink = self._perdure_sink  # pyright: ignore[reportUnknownMemberType]
+        async for event in sink.events():
+            self._follow()
             yield event
-        if self._task is not None:
-            await self._task
-        if self._error is not None:
-            raise self._error
+        await self._settled()
+        self._follow()
+        self.is_complete = True
+        error = self.__dict__.get("_perdure_error")
+        if error is not None:
+            raise error
+
+    def cancel(self, mode: Literal["immediate", "after_turn"] = "immediate") -> None:  # type: ignore[override]
+        sink: StreamSink = self._perdure_sink  # pyright: ignore[reportUnknownMemberType]
+        if sink.inner is not None:
+            sink.inner.cancel(mode=mode)
+        else:
+            sink.cancel_mode = mode
 
     async def result(self) -> DurableResult:
-        """Wait for the run to end and return its result."""
-        if self._task is not None:
-            await self._task
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
+        """Wait for the run to end (without consuming events) and return this result."""
+        await self._settled()
+        self._follow()
+        self.is_complete = True
+        error = self.__dict__.get("_perdure_error")
+        if error is not None:
+            raise error
+        return self  # type: ignore[return-value]
+
+    async def _settled(self) -> None:
+        """Wait for the drive; its error is raised by the caller, once."""
+        task = self.run_loop_task
+        if task is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(task)
 
     @property
-    def is_complete(self) -> bool:
-        return self._task is not None and self._task.done()
+    def last_agent_name(self) -> str:
+        return self.last_agent.name
 
-    @property
-    def final_output(self) -> Any:
-        return None if self._result is None else self._result.final_output
 
-    @property
-    def last_agent_name(self) -> str | None:
-        return None if self._result is None else self._result.last_agent_name
-
-    def __getattr__(self, name: str) -> Any:
-        """Once complete, other attributes (``new_items``, ``raw_responses``, ...) are those
-        of the SDK's streamed result of the last drive in this process, if there was one."""
-        live = self.__dict__.get("_live")
-        if live is None or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(live, name)
+def _streaming_result(
+    agent: Agent[Any], input: Any, context: Any, max_turns: int | None, run_id: str
+) -> DurableRunResultStreaming:
+    if isinstance(input, RunState):
+        shown: Any = []
+    else:
+        shown = input if isinstance(input, str) else list(input)
+    result = _compat.new_streaming_result(
+        DurableRunResultStreaming,
+        input=shown,
+        new_items=[],
+        current_agent=agent,
+        raw_responses=[],
+        final_output=None,
+        is_complete=False,
+        current_turn=0,
+        max_turns=max_turns,
+        input_guardrail_results=[],
+        output_guardrail_results=[],
+        tool_input_guardrail_results=[],
+        tool_output_guardrail_results=[],
+        context_wrapper=RunContextWrapper(context=context),
+        trace=None,
+    )
+    assert isinstance(result, DurableRunResultStreaming)
+    result.run_id = run_id
+    result.handle = None
+    return result
 
 
 class DurableRunner:
     """Drop-in durable ``agents.Runner``: each run is a perdure run named ``run_id``.
 
-    Model calls and tool calls are recorded steps; after a crash any ``perdure worker``
-    that imports the agent's module resumes the run where it stopped, without calling a
-    model twice. Tools with ``needs_approval`` suspend the run durably until
-    ``perdure approve RUN_ID`` / ``reject``. The agent (and ``run_config``, ``hooks``)
-    must be module-level objects, or be named with ``agent_ref="module:attr"``.
+    ``run`` / ``run_sync`` / ``run_streamed`` take what ``Runner``'s do and return the
+    SDK's own results (with ``run_id``); model calls, function-tool calls and session
+    operations are recorded steps, so after a crash any ``perdure worker`` resumes the
+    run where it stopped without calling a model twice. SDK exceptions are raised as
+    themselves.
+
+    Two approval styles: with ``run``, a tool with ``needs_approval`` ends the run with
+    ``result.interruptions``, as with ``Runner`` — approve on ``result.to_state()`` and
+    pass the state back (any process may, with ``RunState.to_json()``); use it when the
+    caller holds the conversation. With ``start`` (or ``approvals="durable"``) the run
+    waits durably instead, for minutes or months, until ``perdure approve RUN_ID`` (or
+    ``handle.approve()``) from any process; use it when someone else decides later.
+
+    Runs driven in this process use the objects given. A worker that resumes a run after
+    a crash re-creates them: module-level agents, hooks, run configs and sessions are
+    found by themselves; otherwise pass ``agent_ref="module:attribute"`` (an object or a
+    factory), and likewise ``hooks_ref``, ``run_config_ref``, ``session_ref``,
+    ``error_handlers_ref``; a context that holds live objects needs ``context_ref``
+    (a factory). Without them the worker parks the run with a message naming what is
+    missing.
     """
 
     @classmethod
     async def start(
         cls,
         starting_agent: Agent[Any],
-        input: str | list[TResponseInputItem],
+        input: str | list[TResponseInputItem] | RunState[Any],
         *,
         context: Any = None,
         max_turns: int | None = DEFAULT_MAX_TURNS,
@@ -349,13 +477,19 @@ class DurableRunner:
         run_id: str | None = None,
         url: str | None = None,
         backend: Backend | None = None,
+        approvals: Approvals = "durable",
+        model_retry: RetryPolicy | None = None,
         agent_ref: str | None = None,
         run_config_ref: str | None = None,
         hooks_ref: str | None = None,
+        session_ref: str | None = None,
+        context_ref: str | None = None,
+        error_handlers_ref: str | None = None,
     ) -> DurableRunHandle:
         """Start a durable run and return its handle at once; this process drives it.
 
         Starting is idempotent: an existing ``run_id`` returns the existing run.
+        Approvals wait durably unless ``approvals="sdk"``.
         """
         spec, local = _prepare(
             starting_agent,
@@ -372,7 +506,12 @@ class DurableRunner:
             agent_ref=agent_ref,
             run_config_ref=run_config_ref,
             hooks_ref=hooks_ref,
+            session_ref=session_ref,
+            context_ref=context_ref,
+            error_handlers_ref=error_handlers_ref,
+            model_retry=model_retry,
             stream=False,
+            approvals=approvals,
         )
         return await _start(spec, local, run_id, url, backend)
 
@@ -380,7 +519,7 @@ class DurableRunner:
     async def run(
         cls,
         starting_agent: Agent[Any],
-        input: str | list[TResponseInputItem],
+        input: str | list[TResponseInputItem] | RunState[Any],
         *,
         context: Any = None,
         max_turns: int | None = DEFAULT_MAX_TURNS,
@@ -394,11 +533,16 @@ class DurableRunner:
         run_id: str | None = None,
         url: str | None = None,
         backend: Backend | None = None,
+        approvals: Approvals = "sdk",
+        model_retry: RetryPolicy | None = None,
         agent_ref: str | None = None,
         run_config_ref: str | None = None,
         hooks_ref: str | None = None,
+        session_ref: str | None = None,
+        context_ref: str | None = None,
+        error_handlers_ref: str | None = None,
     ) -> DurableResult:
-        """Run durably and wait for the end (through any approvals); ``result.run_id``."""
+        """``Runner.run``, durably: returns the SDK's ``RunResult`` (``result.run_id``)."""
         handle = await cls.start(
             starting_agent,
             input,
@@ -414,9 +558,14 @@ class DurableRunner:
             run_id=run_id,
             url=url,
             backend=backend,
+            approvals=approvals,
+            model_retry=model_retry,
             agent_ref=agent_ref,
             run_config_ref=run_config_ref,
             hooks_ref=hooks_ref,
+            session_ref=session_ref,
+            context_ref=context_ref,
+            error_handlers_ref=error_handlers_ref,
         )
         return await handle.result()
 
@@ -424,47 +573,28 @@ class DurableRunner:
     def run_sync(
         cls,
         starting_agent: Agent[Any],
-        input: str | list[TResponseInputItem],
+        input: str | list[TResponseInputItem] | RunState[Any],
         *,
-        context: Any = None,
-        max_turns: int | None = DEFAULT_MAX_TURNS,
-        hooks: RunHooks[Any] | None = None,
-        run_config: RunConfig | None = None,
-        error_handlers: Any = None,
-        previous_response_id: str | None = None,
-        auto_previous_response_id: bool = False,
-        conversation_id: str | None = None,
-        session: Session | None = None,
-        run_id: str | None = None,
         url: str | None = None,
-        agent_ref: str | None = None,
-        run_config_ref: str | None = None,
-        hooks_ref: str | None = None,
+        **kwargs: Any,
     ) -> DurableResult:
-        """``run`` on a new event loop (not from inside a running loop)."""
+        """``run`` on a new event loop (not from inside a running loop); takes what
+        ``run`` takes."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                "DurableRunner.run_sync cannot be called when an event loop is already "
+                "running; await DurableRunner.run instead"
+            )
 
         async def main() -> DurableResult:
             backend = open_backend(resolve_url(url))
             await backend.open()
             try:
-                return await cls.run(
-                    starting_agent,
-                    input,
-                    context=context,
-                    max_turns=max_turns,
-                    hooks=hooks,
-                    run_config=run_config,
-                    error_handlers=error_handlers,
-                    previous_response_id=previous_response_id,
-                    auto_previous_response_id=auto_previous_response_id,
-                    conversation_id=conversation_id,
-                    session=session,
-                    run_id=run_id,
-                    backend=backend,
-                    agent_ref=agent_ref,
-                    run_config_ref=run_config_ref,
-                    hooks_ref=hooks_ref,
-                )
+                return await cls.run(starting_agent, input, backend=backend, **kwargs)
             finally:
                 await backend.close()
 
@@ -474,7 +604,7 @@ class DurableRunner:
     def run_streamed(
         cls,
         starting_agent: Agent[Any],
-        input: str | list[TResponseInputItem],
+        input: str | list[TResponseInputItem] | RunState[Any],
         context: Any = None,
         max_turns: int | None = DEFAULT_MAX_TURNS,
         hooks: RunHooks[Any] | None = None,
@@ -488,15 +618,16 @@ class DurableRunner:
         run_id: str | None = None,
         url: str | None = None,
         backend: Backend | None = None,
+        approvals: Approvals = "sdk",
+        model_retry: RetryPolicy | None = None,
         agent_ref: str | None = None,
         run_config_ref: str | None = None,
         hooks_ref: str | None = None,
+        session_ref: str | None = None,
+        context_ref: str | None = None,
+        error_handlers_ref: str | None = None,
     ) -> DurableRunResultStreaming:
-        """Start a durable run in streaming mode (call from a running event loop).
-
-        Model and tool calls are recorded while events stream; see
-        ``DurableRunResultStreaming`` for what a consumer sees after a resume.
-        """
+        """``Runner.run_streamed``, durably (call from a running event loop)."""
         spec, local = _prepare(
             starting_agent,
             input,
@@ -512,14 +643,21 @@ class DurableRunner:
             agent_ref=agent_ref,
             run_config_ref=run_config_ref,
             hooks_ref=hooks_ref,
+            session_ref=session_ref,
+            context_ref=context_ref,
+            error_handlers_ref=error_handlers_ref,
+            model_retry=model_retry,
             stream=True,
+            approvals=approvals,
         )
         sink = StreamSink()
         local.sink = sink
-        result = DurableRunResultStreaming(run_id or uuid.uuid4().hex, sink)
+        rid = run_id or uuid.uuid4().hex
+        result = _streaming_result(starting_agent, input, context, max_turns, rid)
+        result.__dict__["_perdure_sink"] = sink
         loop = asyncio.get_running_loop()
-        result._task = loop.create_task(  # pyright: ignore[reportPrivateUsage]
-            result._run(spec, local, url, backend),  # pyright: ignore[reportPrivateUsage]
+        result.run_loop_task = loop.create_task(
+            result._drive(spec, local, url, backend),  # pyright: ignore[reportPrivateUsage]
             context=contextvars.Context(),
         )
         return result

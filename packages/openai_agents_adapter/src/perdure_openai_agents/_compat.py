@@ -1,0 +1,82 @@
+"""Every private name of the Agents SDK this adapter uses, and nothing else.
+
+The SDK has no public hook for "every model call" or "every function-tool call" of a run
+that leaves the user's agents and tools untouched (the public ways — ``Agent.clone``,
+new tool lists — give the run copies, so ``result.last_agent is agent`` and the agent a
+tool sees would no longer be the user's). So the adapter wraps the two functions the
+run loop calls for them, and the wrappers do nothing unless a durable run is being
+driven in the current context (``active()``). ``tests/openai_agents/test_compat.py``
+fails loudly when an SDK upgrade moves any of these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agents import FunctionTool, RunResultStreaming
+from agents import tool as sdk_tool
+from agents.models.interface import Model
+from agents.run_config import RunConfig
+from agents.run_internal import run_loop, tool_execution
+from agents.tool_context import ToolContext
+
+#: (agent, run_config) -> Model: the run loop's model resolution.
+ModelHook = Callable[[Model], Model]
+#: What the run loop awaits for one function-tool call.
+ToolInvoker = Callable[..., Awaitable[Any]]
+ToolHook = Callable[[ToolInvoker, FunctionTool, ToolContext[Any], str], Awaitable[Any]]
+
+_SDK_GET_MODEL: Callable[[Any, RunConfig], Model] = run_loop.get_model
+_SDK_INVOKE_TOOL: ToolInvoker = tool_execution._invoke_function_tool_with_metadata  # pyright: ignore[reportPrivateUsage]
+#: The SDK's record of one tool invocation (output, is_sdk_generated_error).
+ToolInvocation: type[Any] = sdk_tool._FunctionToolInvocationResult  # pyright: ignore[reportPrivateUsage]
+
+_hooks: dict[str, Any] = {}
+
+
+def install(model_hook: ModelHook, tool_hook: ToolHook) -> None:
+    """Route the run loop's model resolution and function-tool calls through the hooks
+    (idempotent). The hooks decide themselves whether a durable run is active."""
+    _hooks["model"] = model_hook
+    _hooks["tool"] = tool_hook
+    if run_loop.get_model is not _get_model:
+        run_loop.get_model = _get_model
+    if tool_execution._invoke_function_tool_with_metadata is not _invoke_tool:  # pyright: ignore[reportPrivateUsage]
+        tool_execution._invoke_function_tool_with_metadata = _invoke_tool  # pyright: ignore[reportPrivateUsage]
+
+
+def _get_model(agent: Any, run_config: RunConfig) -> Model:
+    return _hooks["model"](_SDK_GET_MODEL(agent, run_config))
+
+
+async def _invoke_tool(
+    *, function_tool: FunctionTool, context: ToolContext[Any], arguments: str
+) -> Any:
+    return await _hooks["tool"](_SDK_INVOKE_TOOL, function_tool, context, arguments)
+
+
+def tool_invocation(output: Any, is_sdk_generated_error: bool) -> Any:
+    """The SDK's invocation record for a replayed tool call."""
+    return ToolInvocation(output, is_sdk_generated_error=is_sdk_generated_error)
+
+
+def invocation_fields(invocation: Any) -> tuple[Any, bool]:
+    return invocation.output, bool(invocation.is_sdk_generated_error)
+
+
+def is_agent_tool(tool: FunctionTool) -> bool:
+    """True for ``Agent.as_tool()``: its nested run records its own model and tool calls."""
+    return bool(getattr(tool, "_is_agent_tool", False))
+
+
+def new_streaming_result(cls: type[RunResultStreaming], **fields: Any) -> RunResultStreaming:
+    """A streaming result before its run started, built as ``Runner.run_streamed`` does
+    (its output schema field is private)."""
+    return cls(_current_agent_output_schema=None, **fields)
+
+
+def request_id_of(response: Any) -> str | None:
+    """The OpenAI request id a streamed ``Response`` carries (the client sets it)."""
+    value = getattr(response, "_request_id", None)
+    return value if isinstance(value, str) else None

@@ -1,0 +1,192 @@
+"""Any ``Session`` in a durable run: its reads and writes become steps.
+
+``JournaledSession`` wraps the user's own session (``SQLiteSession``,
+``SQLAlchemySession``, a custom one). A read is recorded, so a replay sees the snapshot
+the run saw. A write is two steps: first the session's length is recorded, then the
+write runs; if the process dies after the write landed but before it was recorded, the
+re-executed write finds the session already longer than recorded and does not write
+again — no duplicate item, and no lost one. ``pop_item`` records the item it will
+remove first, the same way. This assumes the run is the session's only writer while it
+runs, as the SDK does. ``PerdureSession`` journals itself and is used as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agents.items import TResponseInputItem
+from agents.memory.session import Session, SessionABC
+from agents.memory.session_settings import SessionSettings
+from agents.memory.sqlite_session import SQLiteSession
+
+from perdure.context import StepSpec
+from perdure.locate import find
+from perdure.retry import NO_RETRY
+from perdure.spi import recording_run
+from perdure_openai_agents._errors import raise_step_failure
+from perdure_openai_agents.session import PerdureSession
+
+# One attempt each, as the SDK makes: a session error is the SDK's to handle.
+_READ = StepSpec("session:get_items", "step", NO_RETRY)
+_LENGTH = StepSpec("session:length", "step", NO_RETRY)
+_ADD = StepSpec("session:add_items", "effect", NO_RETRY, idempotent_receiver=True)
+_PEEK = StepSpec("session:peek", "step", NO_RETRY)
+_POP = StepSpec("session:pop_item", "effect", NO_RETRY, idempotent_receiver=True)
+_CLEAR = StepSpec("session:clear", "effect", NO_RETRY, idempotent_receiver=True)
+
+
+async def _journal(spec: StepSpec, fn: Callable[[], Awaitable[Any]]) -> Any:
+    ctx = recording_run()
+    if ctx is None:
+        return await fn()
+    with raise_step_failure():
+        return await ctx.step(spec, fn, (), {})
+
+
+class _Journal:
+    """The journaling of session operations, around ``_target()``'s own methods."""
+
+    def _target(self) -> Any:
+        raise NotImplementedError
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        async def read() -> list[Any]:
+            return list(await self._target().get_items(limit))
+
+        return await _journal(_READ, read)
+
+    async def _length(self) -> int:
+        return len(await self._target().get_items())
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        if not items:
+            return
+        before: int = await _journal(_LENGTH, self._length)
+
+        async def write() -> int:
+            if await self._length() < before + len(items):
+                await self._target().add_items(items)
+            return len(items)
+
+        await _journal(_ADD, write)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        async def peek() -> dict[str, Any]:
+            items = await self._target().get_items()
+            return {"length": len(items), "last": items[-1] if items else None}
+
+        seen: dict[str, Any] = await _journal(_PEEK, peek)
+
+        async def pop() -> Any:
+            if seen["length"] == 0:
+                return None
+            if await self._length() < seen["length"]:
+                return seen["last"]  # popped before a crash; not again
+            return await self._target().pop_item()
+
+        return await _journal(_POP, pop)
+
+    async def clear_session(self) -> None:
+        async def clear() -> None:
+            await self._target().clear_session()
+
+        await _journal(_CLEAR, clear)
+
+
+class JournaledSession(_Journal, SessionABC):
+    """A user's session, with every operation a step of the durable run (for sessions
+    whose class cannot be shared, see ``journaled``)."""
+
+    def __init__(self, inner: Session) -> None:
+        self.inner = inner
+        self.session_id = inner.session_id
+        self.session_settings = inner.session_settings
+
+    def _target(self) -> Any:
+        return self.inner
+
+    def __repr__(self) -> str:
+        return f"JournaledSession({self.inner!r})"
+
+    def __getattr__(self, name: str) -> Any:
+        # What the SDK or user code asks of a particular session type.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.__dict__["inner"], name)
+
+
+class _SharedJournal(_Journal):
+    """Mixed into a subclass of the user's session class; an instance shares the
+    user's session's ``__dict__``, so it is that session, journaled."""
+
+    def _target(self) -> Any:
+        return super(_Journal, self)
+
+
+_subclasses: dict[type[Any], type[Any]] = {}
+
+
+def journaled(session: Session | None) -> Session | None:
+    """What the SDK is given for ``session`` inside a durable run: an instance of the
+    session's own class sharing its state (so the SDK's checks of the session's type —
+    server-side conversations, compaction — and its writes to the session's attributes
+    are the user's session's), whose operations are steps."""
+    if session is None or isinstance(session, (PerdureSession, _Journal)):
+        return session
+    cls = type(session)
+    sub = _subclasses.get(cls)
+    if sub is None:
+        sub = _subclasses[cls] = type(f"Journaled{cls.__name__}", (_SharedJournal, cls), {})
+    try:
+        shared = object.__new__(sub)
+        object.__setattr__(shared, "__dict__", session.__dict__)
+    except (TypeError, AttributeError):  # slots, a C base: a plain wrapper then
+        return JournaledSession(session)
+    return shared
+
+
+def describe(session: Session | None, ref: str | None) -> dict[str, Any] | None:
+    """How a worker re-creates ``session`` after a crash (persisted in the run's input)."""
+    if session is None:
+        return None
+    settings = session.session_settings
+    limit = None if settings is None else settings.limit
+    if isinstance(session, PerdureSession):
+        return {"kind": "perdure", "session_id": session.session_id, "url": session.url}
+    found = ref or find(session)
+    if found is not None:
+        return {"kind": "ref", "ref": found}
+    if type(session) is SQLiteSession and str(session.db_path) != ":memory:":
+        return {
+            "kind": "sqlite",
+            "session_id": session.session_id,
+            "db_path": str(session.db_path),
+            "sessions_table": session.sessions_table,
+            "messages_table": session.messages_table,
+            "limit": limit,
+        }
+    return {"kind": "unpersisted", "type": type(session).__qualname__}
+
+
+def rebuild(data: dict[str, Any], resolve: Callable[[str, str], Any]) -> Session:
+    """The session ``describe`` recorded; raises ``LookupError`` when it cannot be."""
+    kind = data.get("kind")
+    if kind == "perdure":
+        return PerdureSession(data["session_id"], url=data.get("url"))
+    if kind == "ref":
+        return resolve(str(data["ref"]), "session")
+    if kind == "sqlite":
+        limit = data.get("limit")
+        return SQLiteSession(
+            data["session_id"],
+            data["db_path"],
+            sessions_table=data["sessions_table"],
+            messages_table=data["messages_table"],
+            session_settings=None if limit is None else SessionSettings(limit=limit),
+        )
+    raise LookupError(
+        f"the run's session (a {data.get('type')}) was created in the process that "
+        "started the run and cannot be re-created by a worker: define it at module level "
+        "or pass session_ref='module:attribute'"
+    )
