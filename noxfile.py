@@ -11,12 +11,12 @@ Every session runs inside the one locked uv environment (`.venv`, from `uv.lock`
 from __future__ import annotations
 
 import contextlib
-import tarfile
-import tempfile
-import xml.etree.ElementTree as ET
 import os
 import socket
 import subprocess
+import tarfile
+import tempfile
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,8 +130,22 @@ def bench(session: nox.Session) -> None:
 @nox.session(python=False)
 def ci(session: nox.Session) -> None:
     """lint, then types, then tests; all three run, and any failure fails the whole."""
-    for name in ("lint", "types", "tests"):
+    for name in ("lint", "types", "tests", "agents_oldest"):
         session.notify(name)
+
+
+#: The oldest openai-agents release perdure-openai-agents supports (its pyproject's
+#: lower bound); the newest is the locked one every other session uses.
+AGENTS_OLDEST = "0.19.0"
+
+
+@nox.session(python=False)
+def agents_oldest(session: nox.Session) -> None:
+    """tests/openai_agents on SQLite with the oldest supported openai-agents release."""
+    env = {"PERDURE_TEST_STORES": "sqlite"}
+    args = session.posargs or ["-n", "2", "-q"]
+    withs = ("--with", f"openai-agents=={AGENTS_OLDEST}")
+    _run(session, *withs, "pytest", "tests/openai_agents", *args, env=env)
 
 
 #: The Agents SDK test files whose Runner calls ``nox -s agents_suite`` routes to

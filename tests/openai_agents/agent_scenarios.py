@@ -16,9 +16,19 @@ import json
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from agents import Agent, RunContextWrapper, RunHooks, function_tool
+from agents import (
+    Agent,
+    GuardrailFunctionOutput,
+    InputGuardrail,
+    RunContextWrapper,
+    RunHooks,
+    SQLiteSession,
+    function_tool,
+)
+from agents.run_state import RunState
 
 import perdure
 from perdure.testing import post
@@ -277,6 +287,25 @@ context_agent = Agent(
 )
 
 
+# -- an input guardrail that asks a screening service before the model runs ----------
+
+
+async def _screen(ctx: RunContextWrapper[Any], agent: Agent[Any], input: Any) -> Any:
+    text = input if isinstance(input, str) else str(input[-1]["content"])
+    order = text.split()[-1]
+    await asyncio.to_thread(post, _url(f"plain/screen-{order}"), {"order": order})
+    return GuardrailFunctionOutput({"screened": order, "verdict": "blocked"}, True)
+
+
+screen = InputGuardrail(guardrail_function=_screen, name="screen", run_in_parallel=False)
+guarded_agent = Agent(
+    name="guarded",
+    model=ConversationModel(approval_flow, on_call=_count_model_call),
+    tools=[lookup],
+    input_guardrails=[screen],
+)
+
+
 # -- driving from a test ------------------------------------------------------------
 
 
@@ -312,11 +341,12 @@ async def _start_many(argv: list[str]) -> None:
     try:
         for spec in argv:
             name, run_id, order, *rest = spec.split(":")
-            session = None
-            for opt in rest:
-                key, _, value = opt.partition("=")
-                if key == "session":
-                    session = PerdureSession(value)
+            session: Any = None
+            options = dict(opt.partition("=")[::2] for opt in rest)
+            if "sqlite" in options:  # the user's own SQLiteSession, in a file
+                session = SQLiteSession(options["session"], options["sqlite"])
+            elif "session" in options:
+                session = PerdureSession(options["session"])
             await DurableRunner.start(
                 globals()[name], f"order {order}", run_id=run_id, session=session, backend=backend
             )
@@ -325,8 +355,41 @@ async def _start_many(argv: list[str]) -> None:
         await perdure.shutdown()
 
 
+async def _sdk_first(argv: list[str]) -> None:
+    """``sdk-first RUN_ID ORDER STATE_FILE``: the SDK's approval flow, first half: run
+    until the refund needs approval, save the RunState JSON, then wait to be killed."""
+    run_id, order, path = argv
+    backend: Any = await perdure.connect()
+    result = await DurableRunner.run(
+        approval_agent, f"order {order}", run_id=run_id, backend=backend
+    )
+    Path(path).write_text(result.to_state().to_string())
+    await asyncio.to_thread(post, _url(f"plain/saved-{order}"), {"run_id": run_id})
+
+
+async def _sdk_resume(argv: list[str]) -> None:
+    """``sdk-resume RUN_ID STATE_FILE``: the second half in another process: load the
+    RunState, approve, run it durably."""
+    run_id, path = argv
+    state = await RunState.from_string(approval_agent, Path(path).read_text())
+    for item in state.get_interruptions():
+        state.approve(item)
+    backend: Any = await perdure.connect()
+    try:
+        await DurableRunner.start(
+            approval_agent, state, run_id=run_id, backend=backend, approvals="sdk"
+        )
+        await backend.idle()
+    finally:
+        await perdure.shutdown()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "many":
         asyncio.run(_start_many(sys.argv[2:]))
+    elif sys.argv[1] == "sdk-first":
+        asyncio.run(_sdk_first(sys.argv[2:]))
+    elif sys.argv[1] == "sdk-resume":
+        asyncio.run(_sdk_resume(sys.argv[2:]))
     else:
         asyncio.run(_start(sys.argv[1:]))

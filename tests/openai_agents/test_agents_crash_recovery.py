@@ -9,10 +9,13 @@ all. Model calls and effects are counted by the receiver, outside both processes
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import agent_scenarios as sc
 import pytest
+from agents import InputGuardrailTripwireTriggered, SQLiteSession
+from agents.run_state import RunState
 
 from perdure import EventKind, RunStatus
 from perdure.testing import (
@@ -236,3 +239,117 @@ async def test_a_streamed_run_killed_mid_way_streams_on_for_a_new_consumer(
     assert receiver.requests["charge-S"] == 2  # the killed request died in flight
     assert receiver.applied["charge-S"] == 1
     assert receiver.applied["email-S"] == 1
+
+
+async def test_a_users_sqlite_session_survives_a_sigkill_after_a_tools_effect(
+    perdure_backend: Any, receiver: Receiver, processes: Processes, tmp_path: Path
+) -> None:
+    db = tmp_path / "conversations.db"
+    hold = receiver.hold("charge-U", "after")
+    driver = processes.spawn(
+        "-m", "agent_scenarios", "many", f"session_agent:r-usess:U:sqlite={db}:session=u-U"
+    )
+    receiver.wait_held(hold)
+    driver.kill()
+    hold.release.set()
+    assert receiver.applied["charge-U"] == 1
+
+    processes.worker("agent_scenarios")
+    info = await wait_for_status(perdure_backend, "r-usess", STOPPED)
+    assert info.status is RunStatus.SUCCEEDED, (info.error, info.attention)
+    assert info.result["final_output"] == "turn 1 done for U"
+    # The user's own session file holds the turn once: nothing duplicated, nothing lost.
+    items = await SQLiteSession("u-U", str(db)).get_items()
+    assert [i.get("type") or i.get("role") for i in items] == [
+        "user",
+        "function_call",
+        "function_call_output",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
+    outputs = [i["call_id"] for i in items if i.get("type") == "function_call_output"]
+    assert calls == outputs and len(set(calls)) == 2
+    assert receiver.applied["charge-U"] == 1
+    assert receiver.applied["lookup-U"] == 1
+    assert receiver.requests["model-U"] == 3  # lookup, charge, answer: once each
+
+
+async def test_the_sdk_approval_flow_hands_its_run_state_to_another_process(
+    perdure_backend: Any,
+    receiver: Receiver,
+    processes: Processes,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PERDURE_TEST_RECEIVER", receiver.url)
+    state_file = tmp_path / "state.json"
+    # Process 1 runs until the refund needs approval, saves the RunState JSON, is killed.
+    saved = receiver.hold("saved-X", "after")
+    first = processes.spawn("-m", "agent_scenarios", "sdk-first", "r-sdk-1", "X", str(state_file))
+    receiver.wait_held(saved)
+    first.kill()
+    saved.release.set()
+    info = await perdure_backend.get_run("r-sdk-1")
+    assert info.status is RunStatus.SUCCEEDED and info.result["interruptions"] == 1
+    assert receiver.applied["refund-X"] == 0
+
+    # Process 2 loads the JSON, approves and runs it durably; killed after the refund.
+    refunded = receiver.hold("refund-X", "after")
+    second = processes.spawn("-m", "agent_scenarios", "sdk-resume", "r-sdk-2", str(state_file))
+    receiver.wait_held(refunded)
+    second.kill()
+    refunded.release.set()
+
+    # A worker finishes the approved run from the RunState the run recorded.
+    processes.worker("agent_scenarios")
+    info = await wait_for_status(perdure_backend, "r-sdk-2", STOPPED)
+    assert info.status is RunStatus.SUCCEEDED, (info.error, info.attention)
+    assert info.result["final_output"] == "order X: refunded 4200 as refund-X-1"
+    assert receiver.applied["refund-X"] == 1  # retried with its key after the kill
+    assert receiver.requests["model-X"] == 3  # lookup, refund, answer: never twice
+
+    # This process asks for the same run: the SDK's result, rebuilt from the history.
+    state = await RunState.from_string(sc.approval_agent, state_file.read_text())
+    for item in state.get_interruptions():
+        state.approve(item)
+    result = await DurableRunner.run(
+        sc.approval_agent, state, run_id="r-sdk-2", backend=perdure_backend
+    )
+    assert result.final_output == "order X: refunded 4200 as refund-X-1"
+    assert result.last_agent is sc.approval_agent
+    assert [i.type for i in result.new_items][-2:] == [
+        "tool_call_output_item",
+        "message_output_item",
+    ]
+    assert receiver.requests["model-X"] == 3 and receiver.requests["refund-X"] == 2
+
+
+async def test_a_guardrail_tripwire_after_a_worker_resumed_is_raised_as_itself(
+    perdure_backend: Any,
+    receiver: Receiver,
+    processes: Processes,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PERDURE_TEST_RECEIVER", receiver.url)
+    hold = receiver.hold("screen-K", "before")
+    driver = processes.spawn("-m", "agent_scenarios", "many", "guarded_agent:r-guard:K")
+    receiver.wait_held(hold)
+    driver.kill()
+    hold.drop()
+
+    processes.worker("agent_scenarios")
+    info = await wait_for_status(perdure_backend, "r-guard", STOPPED)
+    assert info.status is RunStatus.FAILED, (info.error, info.attention)
+
+    with pytest.raises(InputGuardrailTripwireTriggered) as caught:
+        await DurableRunner.run(
+            sc.guarded_agent, "order K", run_id="r-guard", backend=perdure_backend
+        )
+    assert caught.value.guardrail_result.guardrail is sc.screen
+    assert caught.value.guardrail_result.output.output_info == {
+        "screened": "K",
+        "verdict": "blocked",
+    }
+    assert receiver.requests["model-K"] == 0  # the guardrail runs first, and trips

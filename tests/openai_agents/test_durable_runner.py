@@ -11,7 +11,7 @@ from typing import Any
 
 import agent_scenarios as sc
 import pytest
-from agents import Agent, FunctionTool, Runner, SQLiteSession, function_tool
+from agents import Agent, FunctionTool, Runner, function_tool
 from agents.run_state import RunState
 from agents.testing import ScriptedModel, assistant_message, function_call
 

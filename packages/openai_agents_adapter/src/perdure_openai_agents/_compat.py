@@ -28,7 +28,8 @@ ToolInvoker = Callable[..., Awaitable[Any]]
 ToolHook = Callable[[ToolInvoker, FunctionTool, ToolContext[Any], str], Awaitable[Any]]
 
 _SDK_GET_MODEL: Callable[[Any, RunConfig], Model] = run_loop.get_model
-_SDK_INVOKE_TOOL: ToolInvoker = tool_execution._invoke_function_tool_with_metadata  # pyright: ignore[reportPrivateUsage]
+_INVOKE = "_invoke_function_tool_with_metadata"
+_SDK_INVOKE_TOOL: ToolInvoker = getattr(tool_execution, _INVOKE)
 #: The SDK's record of one tool invocation (output, is_sdk_generated_error).
 ToolInvocation: type[Any] = sdk_tool._FunctionToolInvocationResult  # pyright: ignore[reportPrivateUsage]
 
@@ -42,8 +43,8 @@ def install(model_hook: ModelHook, tool_hook: ToolHook) -> None:
     _hooks["tool"] = tool_hook
     if run_loop.get_model is not _get_model:
         run_loop.get_model = _get_model
-    if tool_execution._invoke_function_tool_with_metadata is not _invoke_tool:  # pyright: ignore[reportPrivateUsage]
-        tool_execution._invoke_function_tool_with_metadata = _invoke_tool  # pyright: ignore[reportPrivateUsage]
+    if getattr(tool_execution, _INVOKE) is not _invoke_tool:
+        setattr(tool_execution, _INVOKE, _invoke_tool)
 
 
 def _get_model(agent: Any, run_config: RunConfig) -> Model:
@@ -54,6 +55,28 @@ async def _invoke_tool(
     *, function_tool: FunctionTool, context: ToolContext[Any], arguments: str
 ) -> Any:
     return await _hooks["tool"](_SDK_INVOKE_TOOL, function_tool, context, arguments)
+
+
+def validate_run_arguments(
+    hooks: Any,
+    session: Any,
+    *,
+    conversation_id: str | None,
+    previous_response_id: str | None,
+    auto_previous_response_id: bool,
+) -> None:
+    """The SDK's own checks of ``run``/``run_streamed`` arguments, made before a durable
+    run is created (``run_streamed`` raises them at the call, as the SDK's does)."""
+    from agents.run_internal.agent_runner_helpers import validate_session_conversation_settings
+    from agents.run_internal.turn_preparation import validate_run_hooks
+
+    validate_run_hooks(hooks)
+    validate_session_conversation_settings(
+        session,
+        conversation_id=conversation_id,
+        previous_response_id=previous_response_id,
+        auto_previous_response_id=auto_previous_response_id,
+    )
 
 
 def tool_invocation(output: Any, is_sdk_generated_error: bool) -> Any:

@@ -217,7 +217,7 @@ async def _rebuilt(spec: dict[str, Any], run_id: str) -> Local:
             "start the run with agent_ref='module:attribute' naming the agent or a "
             "factory that builds it",
         )
-    local.agent = _built(ref, "agent", run_id, Agent)
+    local.agent = agent = _built(ref, "agent", run_id, Agent)
     if spec.get("run_config"):
         local.run_config = _built(spec["run_config"], "run config", run_id, RunConfig)
     elif spec.get("run_config_unpersisted"):
@@ -257,7 +257,7 @@ async def _rebuilt(spec: dict[str, Any], run_id: str) -> Local:
             raise _missing(run_id, "session", str(exc)) from None
     raw = spec.get("input") or {}
     if "run_state" in raw:
-        local.input = await RunState.from_json(local.agent, raw["run_state"])
+        local.input = await RunState.from_json(agent, raw["run_state"])
     elif "value" in raw:
         local.input = from_jsonable(raw["value"], f"input of run {run_id!r}")
     else:
@@ -292,8 +292,6 @@ def _options(spec: dict[str, Any], local: Local) -> dict[str, Any]:
     }
     if local.error_handlers is not None:
         options["error_handlers"] = local.error_handlers
-    if options["max_turns"] is None:
-        del options["max_turns"]
     return options
 
 

@@ -52,7 +52,7 @@ class DurableRunResult(RunResult):
     def of(cls, result: RunResult, run_id: str) -> DurableRunResult:
         """A ``DurableRunResult`` holding ``result``'s state (``result`` is untouched)."""
         adopted = cls.__new__(cls)
-        adopted.__dict__.update(result.__dict__)
+        vars(adopted).update(vars(result))
         adopted.run_id = run_id
         return adopted
 
@@ -151,7 +151,7 @@ class DurableRunHandle:
         live = None if local is None else local.result
         if live is None and local is not None and local.agent is not None:
             live = await self._replayed(local)
-        if isinstance(live, DurableRunResult | DurableRunResultStreaming):
+        if isinstance(live, DurableRunResult):
             return live
         if isinstance(live, RunResultStreaming):
             return live  # type: ignore[return-value]
@@ -243,6 +243,14 @@ def _prepare(
 ) -> tuple[dict[str, Any], Local]:
     if not isinstance(starting_agent, Agent):
         raise ConfigurationError(f"DurableRunner needs an Agent, not {type(starting_agent)!r}")
+    if not isinstance(input, RunState):
+        _compat.validate_run_arguments(
+            hooks,
+            session,
+            conversation_id=conversation_id,
+            previous_response_id=previous_response_id,
+            auto_previous_response_id=auto_previous_response_id,
+        )
     if approvals not in ("sdk", "durable"):
         raise ConfigurationError(f"approvals must be 'sdk' or 'durable', not {approvals!r}")
     spec: dict[str, Any] = {
@@ -340,17 +348,19 @@ class DurableRunResultStreaming(RunResultStreaming):
 
     run_id: str
     handle: DurableRunHandle | None
+    _perdure_sink: StreamSink
+    _perdure_error: BaseException | None
 
     def _follow(self) -> None:
-        inner = self._perdure_sink.inner  # pyright: ignore[reportUnknownMemberType]
+        inner = self._perdure_sink.inner
         if inner is not None:
             own = {k: v for k, v in inner.__dict__.items() if k not in _OWN_FIELDS}
-            self.__dict__.update(own)
+            vars(self).update(own)
 
     async def _drive(
         self, spec: dict[str, Any], local: Local, url: str | None, backend: Backend | None
     ) -> None:
-        sink: StreamSink = self._perdure_sink  # pyright: ignore[reportUnknownMemberType]
+        sink = self._perdure_sink
         try:
             self.handle = await _start(spec, local, self.run_id, url, backend)
             result = await self.handle.result()
@@ -364,19 +374,19 @@ class DurableRunResultStreaming(RunResultStreaming):
 
     async def stream_events(self) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
         """The run's stream events; raises the run's error, if any, at the end."""
-        sink: StreamSink = self._perdure_sink  # pyright: ignore[reportUnknownMemberType]
+        sink = self._perdure_sink
         async for event in sink.events():
             self._follow()
             yield event
         await self._settled()
         self._follow()
         self.is_complete = True
-        error = self.__dict__.get("_perdure_error")
+        error = self._perdure_error
         if error is not None:
             raise error
 
     def cancel(self, mode: Literal["immediate", "after_turn"] = "immediate") -> None:  # type: ignore[override]
-        sink: StreamSink = self._perdure_sink  # pyright: ignore[reportUnknownMemberType]
+        sink = self._perdure_sink
         if sink.inner is not None:
             sink.inner.cancel(mode=mode)
         else:
@@ -387,7 +397,7 @@ class DurableRunResultStreaming(RunResultStreaming):
         await self._settled()
         self._follow()
         self.is_complete = True
-        error = self.__dict__.get("_perdure_error")
+        error = self._perdure_error
         if error is not None:
             raise error
         return self  # type: ignore[return-value]
@@ -431,6 +441,7 @@ def _streaming_result(
     assert isinstance(result, DurableRunResultStreaming)
     result.run_id = run_id
     result.handle = None
+    result._perdure_error = None  # pyright: ignore[reportPrivateUsage]
     return result
 
 
@@ -654,7 +665,7 @@ class DurableRunner:
         local.sink = sink
         rid = run_id or uuid.uuid4().hex
         result = _streaming_result(starting_agent, input, context, max_turns, rid)
-        result.__dict__["_perdure_sink"] = sink
+        result._perdure_sink = sink  # pyright: ignore[reportPrivateUsage]
         loop = asyncio.get_running_loop()
         result.run_loop_task = loop.create_task(
             result._drive(spec, local, url, backend),  # pyright: ignore[reportPrivateUsage]
