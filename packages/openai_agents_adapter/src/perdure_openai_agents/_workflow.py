@@ -218,6 +218,7 @@ async def _rebuilt(spec: dict[str, Any], run_id: str) -> Local:
             "factory that builds it",
         )
     local.agent = agent = _built(ref, "agent", run_id, Agent)
+    register_agent_types(agent)  # before the context and input are decoded
     if spec.get("run_config"):
         local.run_config = _built(spec["run_config"], "run config", run_id, RunConfig)
     elif spec.get("run_config_unpersisted"):
