@@ -47,15 +47,15 @@ async def test_refund_graph_equals_the_plain_graph_and_is_a_run(
     assert out == {"order": "H", "log": ["lookup H", "charge charge-H-1", "email email-H-1"]}
     assert [line.replace("P", "H") for line in plain["log"]] == out["log"]
 
-    info = await perdure.get_run("t-happy")
+    info = await perdure.get_run("t-happy#1")
     assert info.status is RunStatus.SUCCEEDED
     assert info.workflow == WORKFLOW_NAME
     assert info.result == out
-    steps = completed(await perdure.history("t-happy"))
+    steps = completed(await perdure.history("t-happy#1"))
     # one keyed step per effect: thread / node namespace with its task id / order in node
     assert [s.rsplit(":", 1)[1] for s in steps] == ["charge", "email"]
-    assert all(s.startswith("~t-happy/charge|") or s.startswith("~t-happy/email|") for s in steps)
-    assert receiver.keys["charge-H"] == [f"t-happy:{steps[0]}"]
+    assert all(s.startswith("~t-happy#1/charge|") or s.startswith("~t-happy#1/email|") for s in steps)
+    assert receiver.keys["charge-H"] == [f"t-happy#1:{steps[0]}"]
     # the graph's state is on the durable checkpointer
     state = await sc.refund_graph.aget_state(cfg("t-happy"))
     assert state.values == out and state.next == ()
@@ -70,7 +70,7 @@ async def test_refund_graph_equals_the_plain_graph_and_is_a_run(
 async def test_interrupt_suspends_and_command_resume_finishes(env: str, receiver: Receiver) -> None:
     out = await sc.review_graph.ainvoke({"order": "I", "log": []}, cfg("t-review"))
     assert [i.value["tool"] for i in out["__interrupt__"]] == ["refund"]
-    info = await perdure.get_run("t-review")
+    info = await perdure.get_run("t-review#1")
     assert info.status is RunStatus.SUSPENDED and info.waiting_for == "approval"
     assert info.attention is not None
     assert info.attention["tool"] == "refund"
@@ -85,20 +85,20 @@ async def test_interrupt_suspends_and_command_resume_finishes(env: str, receiver
     ]
     # the step before interrupt() ran once although the node ran twice
     assert receiver.applied["prepare-I"] == 1
-    history = await perdure.history("t-review")
+    history = await perdure.history("t-review#1")
     received = [e for e in history if e.kind is EventKind.SIGNAL_RECEIVED]
     assert len(received) == 1 and received[0].data["payload"] == {"approved": True}
 
 
 async def test_reject_from_the_api_ends_without_charging(env: str, receiver: Receiver) -> None:
     await sc.review_graph.ainvoke({"order": "J", "log": []}, cfg("t-reject"))
-    await perdure.reject("t-reject", by="bob", message="no")
+    await perdure.reject("t-reject#1", by="bob", message="no")
     backend = await perdure.connect()
-    info = await backend.wait("t-reject")
+    info = await backend.wait("t-reject#1")
     assert info.status is RunStatus.SUCCEEDED, (info.error, info.attention)
     assert info.result["approved"] is False
     assert receiver.applied["charge-J"] == 0
-    history = await perdure.history("t-reject")
+    history = await perdure.history("t-reject#1")
     [received] = [e for e in history if e.kind is EventKind.SIGNAL_RECEIVED]
     assert received.data["sent_by"] == "bob"
 
@@ -109,19 +109,19 @@ async def test_parallel_send_subgraph_and_functional(env: str, receiver: Receive
 
     sent = await sc.send_graph.ainvoke(sc.graph_input("send", "L"), cfg("t-send"))
     assert sorted(sent["log"]) == ["charge charge-L1-1", "charge charge-L2-1"]
-    keys = completed(await perdure.history("t-send"))
-    assert len(keys) == 2 and all(k.startswith("~t-send/charge_one|") for k in keys)
+    keys = completed(await perdure.history("t-send#1"))
+    assert len(keys) == 2 and all(k.startswith("~t-send#1/charge_one|") for k in keys)
 
     nested = await sc.nested_graph.ainvoke(sc.graph_input("nested", "M"), cfg("t-nested"))
     assert nested["log"] == ["lookup M", "charge charge-M-1", "email email-M-1", "done"]
-    keys = completed(await perdure.history("t-nested"))
+    keys = completed(await perdure.history("t-nested#1"))
     # the subgraph's tasks have their own keys, below the parent task's namespace
     assert [k.rsplit(":", 1)[1] for k in keys] == ["charge", "email"]
-    assert all(k.startswith("~t-nested/refund|") and k.count("|") >= 3 for k in keys), keys
+    assert all(k.startswith("~t-nested#1/refund|") and k.count("|") >= 3 for k in keys), keys
 
     func = await sc.functional_graph.ainvoke("N", cfg("t-func"))
     assert func == {"order": "N", "charge": "charge-N-1", "email": "email-N-1"}
-    keys = completed(await perdure.history("t-func"))
+    keys = completed(await perdure.history("t-func#1"))
     assert [k.rsplit(":", 1)[1] for k in keys] == ["charge", "email"]
     assert any("charge_task|" in k for k in keys) and any("email_task|" in k for k in keys)
 
@@ -132,7 +132,7 @@ async def test_several_interrupts_are_answered_by_id_and_in_turn(
     out = await sc.questions_graph.ainvoke({"order": "Q", "log": []}, cfg("t-q"))
     ids = {i.value["question"]: i.id for i in out["__interrupt__"]}
     assert set(ids) == {"a", "b"}
-    info = await perdure.get_run("t-q")
+    info = await perdure.get_run("t-q#1")
     assert info.status is RunStatus.SUSPENDED and info.waiting_for == "resume"
     assert info.attention is not None
     assert {i["id"] for i in info.attention["interrupts"]} == set(ids.values())
@@ -142,11 +142,11 @@ async def test_several_interrupts_are_answered_by_id_and_in_turn(
     assert [i.value["question"] for i in out["__interrupt__"]] == ["b"]
     # Any other payload answers every pending interrupt (here the one left); invoking
     # the thread with no input joins it and drives it to its next stop.
-    await perdure.signal("t-q", "resume", "sure", by="dora")
+    await perdure.signal("t-q#1", "resume", "sure", by="dora")
     out = await sc.questions_graph.ainvoke(None, cfg("t-q"))
     assert [i.value["question"] for i in out["__interrupt__"]] == ["first"]
-    assert (await perdure.get_run("t-q")).waiting_for == "approval"
-    await perdure.approve("t-q", by="erin")
+    assert (await perdure.get_run("t-q#1")).waiting_for == "approval"
+    await perdure.approve("t-q#1", by="erin")
     out = await sc.questions_graph.ainvoke(None, cfg("t-q"))
     assert [i.value["question"] for i in out["__interrupt__"]] == ["second"]
     out = await sc.questions_graph.ainvoke(Command(resume="second-answer"), cfg("t-q"))
@@ -154,12 +154,12 @@ async def test_several_interrupts_are_answered_by_id_and_in_turn(
     assert sorted(out["log"][:2]) == ["a=yes", "b=sure"]
     assert receiver.applied["prepare-Q"] == 1  # ask_b re-ran twice; its step ran once
     assert receiver.applied["charge-Q"] == 1  # ask_twice re-ran; its effect ran once
-    history = await perdure.history("t-q")
+    history = await perdure.history("t-q#1")
     senders = [e.data["sent_by"] for e in history if e.kind is EventKind.SIGNAL_RECEIVED]
     assert senders == [None, "dora", "erin", None]
 
 
-async def test_astream_forwards_chunks_and_sync_invoke_refuses_a_running_loop(
+async def test_astream_forwards_chunks_and_sync_invoke_works_in_a_running_loop(
     env: str, receiver: Receiver
 ) -> None:
     chunks = [
@@ -169,8 +169,9 @@ async def test_astream_forwards_chunks_and_sync_invoke_refuses_a_running_loop(
         )
     ]
     assert [next(iter(c)) for c in chunks] == ["lookup", "charge", "email"]
-    with pytest.raises(ConfigurationError, match="ainvoke"):
-        sc.refund_graph.invoke({"order": "S", "log": []}, cfg("t-sync"))
+    # a notebook: sync invoke while an event loop runs here (it runs in a thread)
+    out = sc.refund_graph.invoke({"order": "U", "log": []}, cfg("t-sync-in-loop"))
+    assert out["log"] == ["lookup U", "charge charge-U-1", "email email-U-1"]
 
 
 async def test_misuse_gets_clear_errors(env: str) -> None:
@@ -186,8 +187,6 @@ async def test_misuse_gets_clear_errors(env: str) -> None:
     wrapped = durable(sc.plain_refund)
     assert wrapped.locator() == "graph_scenarios:plain_refund"
     assert sc.refund_graph.locator() == "graph_scenarios:refund_graph"
-    with pytest.raises(ConfigurationError, match="interrupt_before"):
-        durable(sc.build_refund().compile(interrupt_before=["charge"]))
     assert isinstance(sc.refund_graph, DurableGraph)
 
 

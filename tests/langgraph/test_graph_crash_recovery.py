@@ -49,7 +49,7 @@ async def test_sigkill_inside_nodes_and_between_supersteps_then_a_worker_resumes
     )
     for hold in holds.values():
         receiver.wait_held(hold)
-    await wait_for_step(perdure_backend, "g-para", lambda key: key.endswith(":para_b"))
+    await wait_for_step(perdure_backend, "g-para#1", lambda key: key.endswith(":para_b"))
     driver.kill()
     holds["between"].drop()
     holds["parallel"].drop()
@@ -61,7 +61,7 @@ async def test_sigkill_inside_nodes_and_between_supersteps_then_a_worker_resumes
 
     processes.worker("graph_scenarios")
     runs = {
-        rid: await wait_for_status(perdure_backend, rid, STOPPED)
+        rid: await wait_for_status(perdure_backend, f"{rid}#1", STOPPED)
         for rid in ("g-between", "g-idem", "g-nonidem", "g-para", "g-func")
     }
 
@@ -80,7 +80,7 @@ async def test_sigkill_inside_nodes_and_between_supersteps_then_a_worker_resumes
     assert receiver.requests["charge-B"] == 2
     assert receiver.applied["charge-B"] == 1
     [key] = set(receiver.keys["charge-B"])
-    assert key.startswith("g-idem:~g-idem/charge|") and key.endswith(":charge")
+    assert key.startswith("g-idem#1:~g-idem#1/charge|") and key.endswith(":charge")
     assert receiver.applied["lookup-B"] == 1
 
     # Killed inside the node after a non-idempotent effect: parked, never repeated.
@@ -88,7 +88,7 @@ async def test_sigkill_inside_nodes_and_between_supersteps_then_a_worker_resumes
     assert info.status is RunStatus.NEEDS_ATTENTION, (info.error, info.attention)
     assert info.attention is not None
     assert info.attention["reason"] == "unknown-outcome"
-    assert info.attention["step_key"].startswith("~g-nonidem/email|")
+    assert info.attention["step_key"].startswith("~g-nonidem#1/email|")
     assert receiver.requests["email-C"] == 1
     assert receiver.applied["charge-C"] == 1
 
@@ -122,7 +122,7 @@ async def test_interrupted_thread_survives_process_exit_and_a_renamed_node_is_re
         "twice:g-twice:T",
     )
     assert first.wait() == 0, first.output()
-    info = await perdure_backend.get_run("g-approve")
+    info = await perdure_backend.get_run("g-approve#1")
     assert info.status is RunStatus.SUSPENDED
     assert info.waiting_for == "approval"
 
@@ -130,19 +130,19 @@ async def test_interrupted_thread_survives_process_exit_and_a_renamed_node_is_re
     listed = processes.cli("runs", "list", "--status", "suspended", "--json")
     assert listed.returncode == 0, listed.stderr
     pending = {r["run_id"]: r["attention"] for r in map(json.loads, listed.stdout.splitlines())}
-    assert pending["g-approve"]["tool"] == "refund"
-    assert pending["g-approve"]["arguments"] == {"order": "E", "cents": 4200}
-    assert len(pending["g-approve"]["interrupts"]) == 1
+    assert pending["g-approve#1"]["tool"] == "refund"
+    assert pending["g-approve#1"]["arguments"] == {"order": "E", "cents": 4200}
+    assert len(pending["g-approve#1"]["interrupts"]) == 1
 
     # Process 2 approves from the CLI; process 3, a worker, finishes the thread. The
     # worker also takes up g-twice, approved from here, and dies right after its charge,
     # between the two interrupts of one node.
-    done = processes.cli("approve", "g-approve", "--by", "alice", "--message", "fine")
+    done = processes.cli("approve", "g-approve#1", "--by", "alice", "--message", "fine")
     assert done.returncode == 0, done.stderr
     hold = receiver.hold("charge-T", "after")
-    await perdure_backend.signal("g-twice", "approval", {"approved": True}, by="frank")
+    await perdure_backend.signal("g-twice#1", "approval", {"approved": True}, by="frank")
     worker = processes.worker("graph_scenarios")
-    info = await wait_for_status(perdure_backend, "g-approve", STOPPED)
+    info = await wait_for_status(perdure_backend, "g-approve#1", STOPPED)
     receiver.wait_held(hold)
     worker.kill()
     hold.release.set()
@@ -156,17 +156,17 @@ async def test_interrupted_thread_survives_process_exit_and_a_renamed_node_is_re
     assert receiver.applied["lookup-E"] == 1
     assert receiver.applied["prepare-E"] == 1  # the node re-ran; its step did not
     assert receiver.applied["charge-E"] == 1
-    history = await perdure_backend.history("g-approve")
+    history = await perdure_backend.history("g-approve#1")
     [received] = [e for e in history if e.kind is EventKind.SIGNAL_RECEIVED]
     assert received.data["sent_by"] == "alice"
     assert received.data["payload"] == {"approved": True, "message": "fine"}
-    assert received.step_key.startswith("~g-approve/interrupt/")
+    assert received.step_key.startswith("~g-approve#1/interrupt/")
 
     # A worker whose graph renamed g-renamed's interrupted node refuses to continue it,
     # naming the node; it recovers g-twice, which the rename does not touch.
-    await perdure_backend.signal("g-renamed", "approval", {"approved": True}, by="carol")
+    await perdure_backend.signal("g-renamed#1", "approval", {"approved": True}, by="carol")
     processes.worker("graph_scenarios", env={"GRAPH_VARIANT": "v2"})
-    info = await wait_for_status(perdure_backend, "g-renamed", STOPPED)
+    info = await wait_for_status(perdure_backend, "g-renamed#1", STOPPED)
     assert info.status is RunStatus.NEEDS_ATTENTION, (info.error, info.attention)
     assert info.attention is not None
     assert info.attention["reason"] == "determinism"
@@ -176,14 +176,14 @@ async def test_interrupted_thread_survives_process_exit_and_a_renamed_node_is_re
 
     # g-twice resumed inside its node: the recorded first answer is replayed, the charge
     # retried with its key (applied once), and the second interrupt waits for its answer.
-    info = await wait_for_status(perdure_backend, "g-twice", (RunStatus.SUSPENDED,))
+    info = await wait_for_status(perdure_backend, "g-twice#1", (RunStatus.SUSPENDED,))
     assert info.attention is not None and info.attention["question"] == "second"
-    await perdure_backend.signal("g-twice", "approval", "ok", by="frank")
-    info = await wait_for_status(perdure_backend, "g-twice", STOPPED)
+    await perdure_backend.signal("g-twice#1", "approval", "ok", by="frank")
+    info = await wait_for_status(perdure_backend, "g-twice#1", STOPPED)
     assert info.status is RunStatus.SUCCEEDED, (info.error, info.attention)
     assert info.result["log"] == ["{'approved': True} charge-T-1 ok"]
     assert receiver.requests["charge-T"] == 2
     assert receiver.applied["charge-T"] == 1
-    history = await perdure_backend.history("g-twice")
+    history = await perdure_backend.history("g-twice#1")
     received = [e for e in history if e.kind is EventKind.SIGNAL_RECEIVED]
     assert [e.data["payload"] for e in received] == [{"approved": True}, "ok"]

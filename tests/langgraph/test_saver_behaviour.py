@@ -17,8 +17,9 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from perdure.errors import BackendUnavailableError, ConfigurationError
 from perdure_langgraph import CorruptCheckpointError, PerdureSaver
-from perdure_langgraph._serde import KEY_ENV, parse_key
+from perdure_langgraph._serde import KEY_ENV, DisallowedTypeError, parse_key
 from perdure_langgraph._url import PostgresTarget, SqliteTarget, parse_url
+from typed_state import TypesGraphState, round_trip_values
 
 
 @dataclasses.dataclass
@@ -125,16 +126,53 @@ def test_no_pickle_in_stored_rows(saver: PerdureSaver, lg_url: str) -> None:
         saver.put_writes(configs[-1], [("x", object())], "task-2")
 
 
-def test_strict_allow_list_blocks_unlisted_types(saver: PerdureSaver) -> None:
-    """A type outside LangGraph's safe list (and no graph allow-list) is not revived."""
-    configs = _put_chain(saver, "strict", [{"obj": Unlisted(7)}])
-    tup = saver.get_tuple(configs[-1])
+def test_unlisted_types_are_typed_errors_never_plain_dicts(lg_url: str) -> None:
+    """A class outside LangGraph's safe list is rebuilt by the process that wrote it; a
+    fresh saver refuses it with a typed error naming the type and where, until the type
+    is allowed (``allowed_types`` or LangGraph's ``with_allowlist``)."""
+    with PerdureSaver.from_url(lg_url) as writer:
+        configs = _put_chain(writer, "strict", [{"obj": Unlisted(7)}])
+        tup = writer.get_tuple(configs[-1])
+        assert tup is not None and tup.checkpoint["channel_values"]["obj"] == Unlisted(7)
+    with PerdureSaver.from_url(lg_url) as fresh:
+        with pytest.raises(DisallowedTypeError, match=r"Unlisted.*allowed_types") as caught:
+            fresh.get_tuple(configs[-1])
+        assert "channel 'obj'" in str(caught.value)
+        widened = fresh.with_allowlist([(__name__, "Unlisted")])
+        tup = widened.get_tuple(configs[-1])
+        assert tup is not None and tup.checkpoint["channel_values"]["obj"] == Unlisted(7)
+    with PerdureSaver.from_url(lg_url, allowed_types=[Unlisted]) as listed:
+        tup = listed.get_tuple(configs[-1])
+        assert tup is not None and tup.checkpoint["channel_values"]["obj"] == Unlisted(7)
+
+
+def test_a_value_that_could_not_be_read_back_fails_at_write(saver: PerdureSaver) -> None:
+    @dataclasses.dataclass
+    class Local:
+        x: int
+
+    with pytest.raises(DisallowedTypeError, match=r"Local.*module level") as caught:
+        _put_chain(saver, "local", [{"held": [Local(1)]}])
+    assert "channel 'held'" in str(caught.value)
+    config = _put_chain(saver, "local-w", [{"n": 1}])[-1]
+    with pytest.raises(DisallowedTypeError, match=r"write to channel 'w'"):
+        saver.put_writes(config, [("w", {"deep": (Local(2),)})], "task")
+
+
+def test_langgraph_types_round_trip_in_a_new_saver(lg_url: str) -> None:
+    """What SqliteSaver round-trips: messages, pydantic models, dataclasses, Enums,
+    AgentAction, Send, Command, datetime, UUID, bytes (a fresh saver, types allowed by
+    the state schema of the graph that uses them)."""
+    values = round_trip_values()
+    with PerdureSaver.from_url(lg_url) as writer:
+        config = _put_chain(writer, "types", [values])[-1]
+    with PerdureSaver.from_url(lg_url, allowed_types=[TypesGraphState]) as reader:
+        tup = reader.get_tuple(config)
     assert tup is not None
-    value = tup.checkpoint["channel_values"]["obj"]
-    assert not isinstance(value, Unlisted)
-    widened = saver.with_allowlist([(__name__, "Unlisted")])
-    tup = widened.get_tuple(configs[-1])
-    assert tup is not None and tup.checkpoint["channel_values"]["obj"] == Unlisted(7)
+    got = tup.checkpoint["channel_values"]
+    for key, value in values.items():
+        assert got[key] == value, key
+        assert type(got[key]) is type(value), key
 
 
 def test_special_writes_overwrite_ordinary_writes_insert_once(saver: PerdureSaver) -> None:

@@ -34,6 +34,7 @@ from rich.table import Table
 import perdure
 from perdure.records import POSITIONAL_KINDS, Event, RunInfo, RunStatus
 from perdure.testing.processes import Processes
+from perdure_langgraph.durable import turn_run_id
 from perdure_openai_agents.demo import (
     OPERATOR,
     DemoError,
@@ -73,7 +74,8 @@ def main(url: str | None = None) -> int:
 
 
 async def _demo(console: Console, url: str, tmp: Path) -> int:
-    story = Story(f"refund-{ORDER_ID}-{secrets.token_hex(3)}")
+    # the first turn of the thread refund-<order>-<hex>
+    story = Story(turn_run_id(f"refund-{ORDER_ID}-{secrets.token_hex(3)}", 1))
     with DemoServices() as services:
         procs = Processes(url, env={SERVICES_ENV: services.url}, cwd=tmp)
         _intro(console, url, services.url, story.run_id)
@@ -119,7 +121,7 @@ async def _tell(
     story.mark(f"app process {app.pid} invokes the durable graph")
     console.print(
         f"[bold cyan]1[/] app process [bold]{app.pid}[/] invokes the durable graph "
-        "(thread id = run id) and drives it"
+        "(its first turn is run THREAD#1) and drives it"
     )
     with console.status("the graph looks the order up…"):
         info = await _wait_run(url, story.run_id, app, "the approval request", _stopped)

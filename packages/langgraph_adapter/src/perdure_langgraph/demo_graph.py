@@ -142,10 +142,12 @@ refund_graph: DurableGraph = durable(build().compile(name="refund-graph"))
 
 
 async def drive(order_id: str, run_id: str, url: str) -> None:
-    """Start thread ``run_id`` and drive it whenever it is due, until it stops."""
+    """Start the thread whose first turn is ``run_id`` (``THREAD#1``) and drive it
+    whenever it is due, until it stops."""
     perdure.configure(url)
+    thread_id = run_id.rpartition("#")[0]
     try:
-        await refund_graph.ainvoke({"order_id": order_id}, {"configurable": {"thread_id": run_id}})
+        await refund_graph.ainvoke({"order_id": order_id}, {"configurable": {"thread_id": thread_id}})
         backend = await perdure.connect(url)
         await backend.wait(run_id, drive=True)
     finally:

@@ -20,8 +20,11 @@ after them (same transaction on SQLite, same WAL flush on PostgreSQL) when that
 checkpoint comes within a short grace period; errors, interrupts and checkpoints commit
 at once. So a superstep costs one commit and one flush.
 
-Values go through ``JsonPlusSerializer(pickle_fallback=False)`` with LangGraph's strict
-msgpack allow-list, optionally AES-encrypted (``PERDURE_LANGGRAPH_KEY``).
+Values are encoded as ``JsonPlusSerializer`` encodes them, never with pickle, and decoded
+only into allowed types (see ``perdure_langgraph._serde``: LangGraph's safe types, the
+graph's schema types, ``allowed_types=``), optionally AES-encrypted
+(``PERDURE_LANGGRAPH_KEY``). A value of a type that could not be read back is a
+``DisallowedTypeError`` naming the type and the channel when it is written.
 """
 
 from __future__ import annotations
@@ -49,17 +52,19 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from perdure.config import resolve_url
 from perdure_langgraph import _codec as C
 from perdure_langgraph import _sql as S
+from perdure_langgraph._compat import DeltaSnapshot as _DeltaSnapshot
 from perdure_langgraph._drivers import Driver, Op, PostgresDriver, Row, SqliteDriver, Stmt
 from perdure_langgraph._jsonable import to_jsonable
-from perdure_langgraph._serde import default_serializer
-from perdure_langgraph._url import SqliteTarget, parse_url, resolve_url
-
-try:  # LangGraph >= 1.2: snapshots of DeltaChannel state
-    from langgraph.checkpoint.serde.types import _DeltaSnapshot
-except ImportError:  # pragma: no cover - older langgraph-checkpoint
-    _DeltaSnapshot = None  # type: ignore[assignment,misc]
+from perdure_langgraph._serde import (
+    AllowedTypes,
+    DisallowedTypeError,
+    default_serializer,
+    inner_serializer,
+)
+from perdure_langgraph._url import SqliteTarget, parse_url
 
 __all__ = ["PRUNE_STRATEGIES", "PerdureSaver"]
 
@@ -178,27 +183,58 @@ class PerdureSaver(BaseCheckpointSaver[str]):
     ``perdure``). The saver owns its connections: :meth:`close` (or ``with``) frees them.
     """
 
-    def __init__(self, driver: Driver, *, serde: SerializerProtocol | None = None) -> None:
-        super().__init__(serde=serde or default_serializer())
+    def __init__(
+        self,
+        driver: Driver,
+        *,
+        serde: SerializerProtocol | None = None,
+        allowed_types: AllowedTypes | None = None,
+    ) -> None:
+        super().__init__(serde=serde or default_serializer(allowed_types=allowed_types))
         self._driver = driver
         self._q = _Statements(driver)
         self._heads = C.HeadCache()
 
     @classmethod
     def from_url(
-        cls, url: str | None = None, *, serde: SerializerProtocol | None = None
+        cls,
+        url: str | None = None,
+        *,
+        serde: SerializerProtocol | None = None,
+        allowed_types: AllowedTypes | None = None,
     ) -> PerdureSaver:
-        """Open (and migrate) the store named by ``url``, else ``PERDURE_URL``, else the default.
+        """Open (and migrate) the store named by ``url``, else ``PERDURE_URL``, else
+        ``[tool.perdure] url`` in the nearest ``pyproject.toml``, else
+        ``sqlite:///perdure.db`` (perdure's own resolution).
 
+        ``allowed_types`` lists the classes (or ``(module, name)`` pairs, or graphs whose
+        schema types) that checkpoints may hold beyond LangGraph's safe types, for a
+        process that reads checkpoints before it writes any of those types itself.
         Raises ``ConfigurationError`` for a malformed URL or key and
         ``BackendUnavailableError`` when the database cannot be reached.
         """
         target = parse_url(resolve_url(url))
-        serde = serde or default_serializer()
+        serde = serde or default_serializer(allowed_types=allowed_types)
         driver: Driver = (
             SqliteDriver(target) if isinstance(target, SqliteTarget) else PostgresDriver(target)
         )
         return cls(driver, serde=serde)
+
+    def allow_types(self, allowed_types: AllowedTypes) -> None:
+        """Allow more classes in this saver's checkpoints (classes, ``(module, name)``
+        pairs, or graphs whose schema types to allow)."""
+        inner = inner_serializer(self.serde)
+        if inner is None:
+            raise TypeError(
+                f"allow_types needs perdure's serializer; this saver uses {self.serde!r}"
+            )
+        inner.allow(allowed_types)
+
+    def _dumps(self, value: Any, where: Callable[[], str]) -> tuple[str, bytes]:
+        try:
+            return self.serde.dumps_typed(value)
+        except DisallowedTypeError as exc:
+            raise DisallowedTypeError(f"{where()}: {exc}") from None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -277,7 +313,8 @@ class PerdureSaver(BaseCheckpointSaver[str]):
                 value = values[key]
                 if _DeltaSnapshot is not None and isinstance(value, _DeltaSnapshot):
                     delta = True
-                blobs.append((thread_id, ns, key, str(version), *dumps(value)))
+                blob = self._dumps(value, lambda k=key: f"channel {k!r} of thread {thread_id!r}")
+                blobs.append((thread_id, ns, key, str(version), *blob))
         rest = {k: v for k, v in checkpoint.items() if k not in C.MAPS}
         maps: C.Maps = (
             cast(dict[str, Any], checkpoint.get("channel_versions") or {}),
@@ -310,7 +347,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
 
         def whole() -> tuple[Stmt, C.Head]:
             stored = {**rest, **dict(zip(C.MAPS, maps, strict=True))}
-            row = (*common, *dumps(stored), md_json)
+            row = (*common, *self._dumps(stored, lambda: f"checkpoint of {thread_id!r}"), md_json)
             return (
                 Stmt(q.insert_checkpoint, row),
                 C.Head(checkpoint_id, checkpoint_id, C.copy_maps(maps), 0),
@@ -378,7 +415,6 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
         checkpoint_id = conf["checkpoint_id"]
-        dumps = self.serde.dumps_typed
         rows = [
             (
                 thread_id,
@@ -388,7 +424,9 @@ class PerdureSaver(BaseCheckpointSaver[str]):
                 WRITES_IDX_MAP.get(channel, idx),
                 task_path,
                 channel,
-                *dumps(value),
+                *self._dumps(
+                    value, lambda c=channel: f"write to channel {c!r} of thread {thread_id!r}"
+                ),
             )
             for idx, (channel, value) in enumerate(writes)
         ]
@@ -428,6 +466,8 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         """Decode one stored value; a row that cannot be decoded raises a typed error."""
         try:
             return self.serde.loads_typed((type_, bytes(payload or b"")))
+        except DisallowedTypeError as exc:
+            raise DisallowedTypeError(f"{where}: {exc}") from None
         except Exception as exc:
             raise C.CorruptCheckpointError(
                 f"cannot decode {where} ({type_!r}, {len(payload or b'')} bytes): "
