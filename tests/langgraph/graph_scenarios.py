@@ -7,6 +7,8 @@ several threads at different points. ``GRAPH_VARIANT=v2`` renames ``review_graph
 
 ``python -m graph_scenarios many GRAPH:THREAD:ORDER ...`` starts the threads and drives
 them until each ends or waits at an interrupt (or the test kills the process).
+``python -m graph_scenarios chat THREAD TEXT ...`` sends each text as one turn of the chat
+thread ``THREAD``, one after the other (``TEXT!`` stops that turn before ``notify``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import os
 import sys
 from typing import Annotated, Any, TypedDict
 
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.func import entrypoint, task
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import END, START, StateGraph, add_messages
 from langgraph.types import Send, interrupt
 
 import perdure
@@ -261,6 +265,49 @@ async def refund_workflow(order: str) -> dict[str, Any]:
     return {"order": order, "charge": charged, "email": mailed}
 
 
+# -- a chat: one turn per user message on one thread ---------------------------------------
+
+
+class ChatState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+@perdure.effect(idempotent_receiver=True)
+async def notify(thread: str, text: str) -> str:
+    """Tell the CRM about the user's message (the CRM dedupes on the key)."""
+    answer = await _post(
+        f"dedup/notify-{thread}-{text}", {"text": text}, key=perdure.idempotency_key()
+    )
+    return str(answer["id"])
+
+
+def agent(state: ChatState) -> dict[str, Any]:
+    """A scripted model: it answers from the whole history it sees."""
+    said = [m.content for m in state["messages"] if isinstance(m, HumanMessage)]
+    assert all(isinstance(m, AIMessage | HumanMessage) for m in state["messages"])
+    return {"messages": [AIMessage(f"heard {' / '.join(map(str, said))}")]}
+
+
+async def notify_node(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
+    last = state["messages"][-1]
+    assert isinstance(last, AIMessage), last
+    human = [m for m in state["messages"] if isinstance(m, HumanMessage)][-1]
+    thread = config["configurable"]["thread_id"]
+    receipt = await notify(thread, str(human.content))
+    return {"messages": [AIMessage(f"noted {receipt}")]}
+
+
+def build_chat() -> StateGraph:
+    """agent -> notify: each turn answers, then records the message at the CRM."""
+    builder = StateGraph(ChatState)
+    builder.add_node("agent", agent)
+    builder.add_node("notify", notify_node)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "notify")
+    builder.add_edge("notify", END)
+    return builder
+
+
 #: A plain compiled graph: ``durable(plain_refund)`` finds it by its module attribute.
 plain_refund = build_refund().compile()
 refund_graph: DurableGraph = durable(build_refund().compile())
@@ -271,6 +318,7 @@ nested_graph: DurableGraph = durable(build_nested().compile())
 functional_graph: DurableGraph = durable(refund_workflow)
 questions_graph: DurableGraph = durable(build_questions().compile())
 twice_graph: DurableGraph = durable(build_twice().compile())
+chat_graph: DurableGraph = durable(build_chat().compile())
 
 GRAPHS: dict[str, DurableGraph] = {
     "refund": refund_graph,
@@ -281,6 +329,7 @@ GRAPHS: dict[str, DurableGraph] = {
     "functional": functional_graph,
     "questions": questions_graph,
     "twice": twice_graph,
+    "chat": chat_graph,
 }
 
 
@@ -308,7 +357,24 @@ async def many(specs: list[str]) -> None:
         await perdure.shutdown()
 
 
+async def chat(thread: str, texts: list[str]) -> None:
+    """Send each text as one turn; ``TEXT!`` stops before ``notify`` for an approval."""
+    try:
+        for text in texts:
+            gated = text.endswith("!")
+            await chat_graph.ainvoke(
+                {"messages": [HumanMessage(text.rstrip("!"))]},
+                {"configurable": {"thread_id": thread}},
+                **({"interrupt_before": ["notify"]} if gated else {}),
+            )
+    finally:
+        await perdure.shutdown()
+
+
 if __name__ == "__main__":
-    if sys.argv[1] != "many":
-        raise SystemExit("usage: python -m graph_scenarios many GRAPH:THREAD:ORDER ...")
-    asyncio.run(many(sys.argv[2:]))
+    if sys.argv[1] == "many":
+        asyncio.run(many(sys.argv[2:]))
+    elif sys.argv[1] == "chat":
+        asyncio.run(chat(sys.argv[2], sys.argv[3:]))
+    else:
+        raise SystemExit("usage: python -m graph_scenarios many|chat ...")

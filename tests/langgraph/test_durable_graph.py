@@ -54,7 +54,9 @@ async def test_refund_graph_equals_the_plain_graph_and_is_a_run(
     steps = completed(await perdure.history("t-happy#1"))
     # one keyed step per effect: thread / node namespace with its task id / order in node
     assert [s.rsplit(":", 1)[1] for s in steps] == ["charge", "email"]
-    assert all(s.startswith("~t-happy#1/charge|") or s.startswith("~t-happy#1/email|") for s in steps)
+    assert all(
+        s.startswith("~t-happy#1/charge|") or s.startswith("~t-happy#1/email|") for s in steps
+    )
     assert receiver.keys["charge-H"] == [f"t-happy#1:{steps[0]}"]
     # the graph's state is on the durable checkpointer
     state = await sc.refund_graph.aget_state(cfg("t-happy"))

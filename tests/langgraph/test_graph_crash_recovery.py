@@ -11,6 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import graph_scenarios as sc
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+import perdure
 from perdure import EventKind, RunStatus
 from perdure.testing import (
     Processes,
@@ -187,3 +192,77 @@ async def test_interrupted_thread_survives_process_exit_and_a_renamed_node_is_re
     history = await perdure_backend.history("g-twice#1")
     received = [e for e in history if e.kind is EventKind.SIGNAL_RECEIVED]
     assert [e.data["payload"] for e in received] == [{"approved": True}, "ok"]
+
+
+async def test_a_chat_thread_survives_a_sigkill_in_turn_two_and_an_approval_on_turn_two(
+    perdure_backend: Any,
+    perdure_url: str,
+    receiver: Receiver,
+    processes: Processes,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Thread g-chat: turn 1 ends, turn 2 dies right after the CRM recorded its message.
+    hold = receiver.hold("notify-g-chat-refund", "after")
+    driver = processes.spawn("-m", "graph_scenarios", "chat", "g-chat", "hi", "refund")
+    receiver.wait_held(hold)
+    driver.kill()
+    hold.release.set()
+    assert receiver.applied["notify-g-chat-refund"] == 1
+    # Thread g-gate: turn 2 stops before notify (interrupt_before, at call time); the
+    # process exits with the turn suspended.
+    gate = processes.spawn("-m", "graph_scenarios", "chat", "g-gate", "hi", "refund!")
+    assert gate.wait() == 0, gate.output()
+    info = await perdure_backend.get_run("g-gate#2")
+    assert info.status is RunStatus.SUSPENDED, (info.error, info.attention)
+    assert info.attention is not None and info.attention["kind"] == "langgraph_breakpoint"
+    assert info.attention["next"] == ["notify"]
+    assert receiver.requests["notify-g-gate-refund"] == 0
+    done = processes.cli("approve", "g-gate#2", "--by", "alice")
+    assert done.returncode == 0, done.stderr
+
+    # A worker finishes both second turns: the CRM got each message once.
+    processes.worker("graph_scenarios")
+    for run_id in ("g-chat#2", "g-gate#2"):
+        info = await wait_for_status(perdure_backend, run_id, STOPPED)
+        assert info.status is RunStatus.SUCCEEDED, (run_id, info.error, info.attention)
+    assert (await perdure_backend.get_run("g-chat#1")).status is RunStatus.SUCCEEDED
+    assert receiver.requests["notify-g-chat-refund"] == 2  # the killed one, then its retry
+    assert receiver.applied["notify-g-chat-refund"] == 1
+    assert receiver.applied["notify-g-gate-refund"] == 1
+    assert receiver.applied["notify-g-chat-hi"] == 1
+
+    monkeypatch.setenv("PERDURE_URL", perdure_url)
+    monkeypatch.setenv("PERDURE_TEST_RECEIVER", receiver.url)
+    try:
+        cfg: Any = {"configurable": {"thread_id": "g-chat"}}
+        # the caller re-sends turn 2 (its request died with the process): it attaches to
+        # the turn the worker finished and gets LangGraph's output, messages as objects
+        again = await sc.chat_graph.ainvoke({"messages": [HumanMessage("refund")]}, cfg)
+        assert [type(m) for m in again["messages"]] == [
+            HumanMessage,
+            AIMessage,
+            AIMessage,
+            HumanMessage,
+            AIMessage,
+            AIMessage,
+        ]
+        assert again["messages"][-1].content == "noted notify-g-chat-refund-1"
+        # turn 3 sees the whole conversation
+        third = await sc.chat_graph.ainvoke({"messages": [HumanMessage("bye")]}, cfg)
+        assert third["messages"][-2].content == "heard hi / refund / bye"
+        assert len(third["messages"]) == 9
+        gate = await sc.chat_graph.ainvoke(
+            {"messages": [HumanMessage("bye")]}, {"configurable": {"thread_id": "g-gate"}}
+        )
+        assert [m.content for m in gate["messages"] if isinstance(m, HumanMessage)] == [
+            "hi",
+            "refund",
+            "bye",
+        ]
+        assert gate["messages"][-1].content == "noted notify-g-gate-bye-1"
+        history = await perdure_backend.history("g-gate#2")
+        [received] = [e for e in history if e.kind is EventKind.SIGNAL_RECEIVED]
+        assert received.data["sent_by"] == "alice"
+    finally:
+        await sc.chat_graph.aclose()
+        await perdure.shutdown()

@@ -14,12 +14,12 @@ import psycopg
 import pytest
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
+from typed_state import TypesGraphState, round_trip_values
 
 from perdure.errors import BackendUnavailableError, ConfigurationError
 from perdure_langgraph import CorruptCheckpointError, PerdureSaver
 from perdure_langgraph._serde import KEY_ENV, DisallowedTypeError, parse_key
 from perdure_langgraph._url import PostgresTarget, SqliteTarget, parse_url
-from typed_state import TypesGraphState, round_trip_values
 
 
 @dataclasses.dataclass
