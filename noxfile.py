@@ -4,6 +4,7 @@ Every session runs inside the one locked uv environment (`.venv`, from `uv.lock`
 `uv run`, so nox creates no virtualenvs of its own and all sessions see the same pins.
 
     nox -s ci                 lint, types and tests (the README's test command)
+    nox -s langgraph_suite    LangGraph's own tests with PerdureSaver swapped in (slow)
     nox -s tests -- -k name   extra arguments go to pytest
     PERDURE_TEST_STORES=sqlite nox -s tests
 """
@@ -125,6 +126,77 @@ def bench(session: nox.Session) -> None:
     """The side-by-side benchmarks (python -m benchmarks): writes benchmarks/RESULTS.md.
     `nox -s bench -- --quick` for a smoke run with small counts."""
     _run(session, "python", "-m", "benchmarks", *session.posargs)
+
+
+#: The slice of LangGraph's own tests run with PerdureSaver (issue 11).
+LANGGRAPH_SUITE = (
+    "test_pregel.py",
+    "test_pregel_async.py",
+    "test_time_travel*.py",
+    "test_subgraph_persistence*.py",
+    "test_interruption.py",
+    "test_interrupt_state.py",
+    "test_strict_resume.py",
+    "test_large_cases*.py",
+    "test_pydantic.py",
+    "test_delta_channel_*.py",
+)
+#: What LangGraph's test suite needs beyond our environment.
+LANGGRAPH_SUITE_DEPS = ("pytest-mock", "syrupy", "redis", "pycryptodome", "pytest-dotenv")
+
+
+@nox.session(python=False)
+def langgraph_suite(session: nox.Session) -> None:
+    """LangGraph's own tests, from the sdist of the installed version, with their
+    checkpointer fixtures extended by PerdureSaver on SQLite and on PostgreSQL; prints
+    the paired counts against SqliteSaver and fails if ours fails a test it passes.
+    Extra arguments go to pytest (e.g. `-- -k interrupt`)."""
+    import glob
+    import tarfile
+    import tempfile
+
+    version = subprocess.run(
+        [*UV_RUN, "python", "-c", "import importlib.metadata as m; print(m.version('langgraph'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    suite_dir = ROOT / "tests" / "langgraph_suite"
+    with tempfile.TemporaryDirectory(prefix="langgraph-suite-") as tmp:
+        session.run(
+            "uvx", "pip", "download", "--no-deps", "--no-binary", ":all:", "--dest", tmp,
+            f"langgraph=={version}", external=True,
+        )  # fmt: skip
+        [sdist] = glob.glob(os.path.join(tmp, f"langgraph-{version}.tar.gz"))
+        with tarfile.open(sdist) as archive:
+            archive.extractall(tmp, filter="data")
+        src = Path(tmp) / f"langgraph-{version}"
+        # the installed langgraph is the one under test, not the sdist's copy of it
+        subprocess.run(["rm", "-rf", str(src / "langgraph")], check=True)
+        with (src / "tests" / "conftest.py").open("a", encoding="utf-8") as conftest:
+            conftest.write("\nfrom perdure_suite import *  # noqa: E402,F403 (perdure)\n")
+        report = Path(tmp) / "report.jsonl"
+        tests = sorted(
+            {p for pattern in LANGGRAPH_SUITE for p in glob.glob(str(src / "tests" / pattern))}
+        )
+        env = {
+            "NO_DOCKER": "true",
+            "PYTHONPATH": str(suite_dir),
+            "PERDURE_SUITE_REPORT": str(report),
+            "PERDURE_TEST_POSTGRES_URL": os.environ.get(
+                "PERDURE_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL
+            ),
+        }
+        with_deps = [arg for dep in LANGGRAPH_SUITE_DEPS for arg in ("--with", dep)]
+        args = session.posargs or ["-n", "2", "-q", "-p", "no:cacheprovider"]
+        session.chdir(src)
+        session.run(
+            "uv", "run", "--project", str(ROOT), "--all-packages", "--all-extras", "--group",
+            "dev", *with_deps, "python", "-m", "pytest", "-p", "perdure_suite", *args, *tests,
+            env=env, external=True, success_codes=[0, 1],
+        )  # fmt: skip
+        session.chdir(ROOT)
+        _run(session, "python", str(suite_dir / "paired_counts.py"), str(report), env=env)
 
 
 @nox.session(python=False)

@@ -147,7 +147,9 @@ async def drive(order_id: str, run_id: str, url: str) -> None:
     perdure.configure(url)
     thread_id = run_id.rpartition("#")[0]
     try:
-        await refund_graph.ainvoke({"order_id": order_id}, {"configurable": {"thread_id": thread_id}})
+        await refund_graph.ainvoke(
+            {"order_id": order_id}, {"configurable": {"thread_id": thread_id}}
+        )
         backend = await perdure.connect(url)
         await backend.wait(run_id, drive=True)
     finally:

@@ -65,6 +65,7 @@ from perdure.backend import outcome
 from perdure.config import resolve_url
 from perdure.context import current_run
 from perdure.locate import find, resolve
+from perdure.registry import open_backend
 from perdure_langgraph._compat import install_task_wrapper, schema_types
 from perdure_langgraph._jsonable import to_jsonable as lossy_jsonable
 from perdure_langgraph.saver import PerdureSaver
@@ -303,7 +304,7 @@ class DurableGraph:
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """``ainvoke`` on an event loop of its own (in a thread when one is running here)."""
-        return _run_sync(lambda: self.ainvoke(input, config, **kwargs))
+        return _run_sync(self.url, lambda: self.ainvoke(input, config, **kwargs))
 
     async def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
@@ -343,7 +344,7 @@ class DurableGraph:
         async def collect() -> list[Any]:
             return [chunk async for chunk in self.astream(input, config, **kwargs)]
 
-        yield from _run_sync(collect)
+        yield from _run_sync(self.url, collect)
 
     async def _run(
         self,
@@ -354,7 +355,7 @@ class DurableGraph:
         queue: asyncio.Queue[Any] | None,
     ) -> Any:
         call = _Call.parse(config, kwargs)
-        backend = await _isolated(perdure.connect(self.url))
+        backend = _OWN_BACKEND.get() or await _isolated(perdure.connect(self.url))
         graph = self.graph_for(backend.url)
         serde = _serde_of(graph)
         local = _Local(self, options=call.output_options, queue=queue)
@@ -574,12 +575,30 @@ def _json_only(value: Any, where: str = "config") -> None:
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _run_sync(make: Callable[[], Awaitable[_T]]) -> _T:
+#: The backend of a sync call run in a thread of its own (see ``_run_sync``).
+_OWN_BACKEND: contextvars.ContextVar[Backend | None] = contextvars.ContextVar(
+    "perdure_langgraph_own_backend", default=None
+)
+
+
+def _run_sync(url: str | None, make: Callable[[], Awaitable[_T]]) -> _T:
     async def main() -> _T:
         try:
             return await make()
         finally:
             await perdure.shutdown()
+
+    async def in_thread() -> _T:
+        # Its own backend, closed at the end: the loop running in the caller's thread
+        # keeps the backends it opened.
+        backend = open_backend(resolve_url(url))
+        await backend.open()
+        token = _OWN_BACKEND.set(backend)
+        try:
+            return await make()
+        finally:
+            _OWN_BACKEND.reset(token)
+            await backend.close()
 
     try:
         asyncio.get_running_loop()
@@ -587,7 +606,7 @@ def _run_sync(make: Callable[[], Awaitable[_T]]) -> _T:
         return asyncio.run(main())
     # A loop runs here (a notebook, an async framework): run ours in a thread.
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="perdure-invoke") as pool:
-        return pool.submit(asyncio.run, main()).result()
+        return pool.submit(asyncio.run, in_thread()).result()
 
 
 async def _isolated(awaitable: Awaitable[_T]) -> _T:
