@@ -329,9 +329,32 @@ def test_configuration_errors(url: str, match: str) -> None:
         PerdureSaver.from_url(url)
 
 
-def test_unreachable_postgres_is_a_typed_error() -> None:
-    with pytest.raises(BackendUnavailableError, match="cannot connect"):
-        PerdureSaver.from_url("postgresql://postgres@127.0.0.1:1/x?connect_timeout=1")
+def test_unreachable_postgres_is_a_typed_error_without_the_password() -> None:
+    url = "postgresql://postgres:hunter2@127.0.0.1:1/x?connect_timeout=1"
+    with pytest.raises(BackendUnavailableError, match="cannot connect") as caught:
+        PerdureSaver.from_url(url)
+    assert "hunter2" not in str(caught.value)
+    with pytest.raises(ConfigurationError) as bad:
+        PerdureSaver.from_url("postgresql://postgres:hunter2@127.0.0.1:1/x?pool_max_size=0")
+    assert "hunter2" not in str(bad.value) and "***" in str(bad.value)
+
+
+def test_from_url_resolves_like_perdure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """argument, else PERDURE_URL, else [tool.perdure] url of the nearest pyproject.toml."""
+    project = tmp_path / "app"
+    (project / "src").mkdir(parents=True)
+    (project / "pyproject.toml").write_text(
+        f'[tool.perdure]\nurl = "sqlite:///{tmp_path / "from-pyproject.db"}"\n'
+    )
+    monkeypatch.chdir(project / "src")
+    monkeypatch.delenv("PERDURE_URL", raising=False)
+    with PerdureSaver.from_url() as saver:
+        assert "from-pyproject.db" in saver.driver.description
+    monkeypatch.setenv("PERDURE_URL", f"sqlite:///{tmp_path / 'from-env.db'}")
+    with PerdureSaver.from_url() as saver:
+        assert "from-env.db" in saver.driver.description
+    with PerdureSaver.from_url(f"sqlite:///{tmp_path / 'argument.db'}") as saver:
+        assert "argument.db" in saver.driver.description
 
 
 def test_sqlite_durability_settings(tmp_path: Path) -> None:

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from perdure.errors import ConfigurationError
 from perdure.masking import mask_url
-
-#: Used when neither an argument nor ``PERDURE_URL`` names a store.
-DEFAULT_URL = "sqlite:///perdure.db"
 
 SYNCHRONOUS_LEVELS = ("off", "normal", "full", "extra")
 _SYNC_ALIASES = {"0": "off", "1": "normal", "2": "full", "3": "extra"}
@@ -36,11 +32,6 @@ class PostgresTarget:
     display: str = ""
     pool_max_size: int = 10
     connect_timeout_s: float = 10.0
-
-
-def resolve_url(url: str | None) -> str:
-    """The argument, else ``PERDURE_URL``, else the default SQLite file."""
-    return url or os.environ.get("PERDURE_URL") or DEFAULT_URL
 
 
 def redact(url: str) -> str:

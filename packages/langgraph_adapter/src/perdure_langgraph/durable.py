@@ -197,11 +197,6 @@ class DurableGraph:
                 f"durable() needs the graph's own checkpointer, not checkpointer={checkpointer!r}"
             )
         self.compiled = compiled
-        # Stored graph inputs rebuild only registered types: the ones the schemas declare.
-        builder = getattr(compiled, "builder", None)
-        perdure.register_type(
-            *(getattr(builder, a, None) for a in ("state_schema", "input_schema", "output_schema"))
-        )
         self.url = url
         self.graph_ref = graph_ref
         self.signal = signal
