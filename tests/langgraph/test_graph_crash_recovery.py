@@ -25,6 +25,9 @@ from perdure.testing import (
 )
 
 STOPPED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.NEEDS_ATTENTION)
+#: A killed drive's lease must expire and a fresh worker import LangGraph before it
+#: resumes: on a loaded machine that takes longer than the helper's default minute.
+RECOVERY = 180.0
 
 
 async def test_sigkill_inside_nodes_and_between_supersteps_then_a_worker_resumes(
@@ -66,7 +69,7 @@ async def test_sigkill_inside_nodes_and_between_supersteps_then_a_worker_resumes
 
     processes.worker("graph_scenarios")
     runs = {
-        rid: await wait_for_status(perdure_backend, f"{rid}#1", STOPPED)
+        rid: await wait_for_status(perdure_backend, f"{rid}#1", STOPPED, timeout=RECOVERY)
         for rid in ("g-between", "g-idem", "g-nonidem", "g-para", "g-func")
     }
 
@@ -147,7 +150,7 @@ async def test_interrupted_thread_survives_process_exit_and_a_renamed_node_is_re
     hold = receiver.hold("charge-T", "after")
     await perdure_backend.signal("g-twice#1", "approval", {"approved": True}, by="frank")
     worker = processes.worker("graph_scenarios")
-    info = await wait_for_status(perdure_backend, "g-approve#1", STOPPED)
+    info = await wait_for_status(perdure_backend, "g-approve#1", STOPPED, timeout=RECOVERY)
     receiver.wait_held(hold)
     worker.kill()
     hold.release.set()
@@ -223,7 +226,7 @@ async def test_a_chat_thread_survives_a_sigkill_in_turn_two_and_an_approval_on_t
     # A worker finishes both second turns: the CRM got each message once.
     processes.worker("graph_scenarios")
     for run_id in ("g-chat#2", "g-gate#2"):
-        info = await wait_for_status(perdure_backend, run_id, STOPPED)
+        info = await wait_for_status(perdure_backend, run_id, STOPPED, timeout=RECOVERY)
         assert info.status is RunStatus.SUCCEEDED, (run_id, info.error, info.attention)
     assert (await perdure_backend.get_run("g-chat#1")).status is RunStatus.SUCCEEDED
     assert receiver.requests["notify-g-chat-refund"] == 2  # the killed one, then its retry
