@@ -103,9 +103,25 @@ def make_count_graph() -> Any:
     return build_count().compile()
 
 
+def build_nested(inner_node: str) -> Any:
+    """outer -> inner (a subgraph whose node ``inner_node`` asks with interrupt())."""
+    inner = StateGraph(CountState)
+    inner.add_node(inner_node, lambda s: {"log": [*s.get("log", []), f"ok {interrupt('go?')}"]})
+    inner.add_edge(START, inner_node)
+    inner.add_edge(inner_node, END)
+    outer = StateGraph(CountState)
+    outer.add_node("inner", inner.compile())
+    outer.add_edge(START, "inner")
+    outer.add_edge("inner", END)
+    return outer.compile()
+
+
+nested_graph = durable(build_nested("ask"))
+#: The same graph after a deploy renamed the subgraph's node.
+renamed_nested = durable(build_nested("ask_v2"), graph_ref="test_threads:nested_graph")
 factory_graph = durable(make_count_graph(), graph_ref="test_threads:make_count_graph")
 gated_chat = durable(sc.build_chat().compile(interrupt_before=["notify"]))
-GRAPHS = [typed_graph, count_graph, factory_graph, gated_chat]
+GRAPHS = [typed_graph, count_graph, factory_graph, gated_chat, nested_graph, renamed_nested]
 
 
 # -- turns ------------------------------------------------------------------------------------
@@ -256,3 +272,17 @@ async def test_a_factory_built_graph_and_sync_invoke_in_a_running_loop(env: str)
     assert out == {"n": 2, "log": ["-:1"]}
     assert turn_run_id("factory", 1) == "factory#1"
     assert (await perdure.get_run("factory#1")).status is RunStatus.SUCCEEDED
+
+
+async def test_a_node_renamed_inside_a_subgraph_is_a_determinism_error(env: str) -> None:
+    out = await nested_graph.ainvoke({"n": 0, "log": []}, cfg("nested-renamed"))
+    assert [i.value for i in out["__interrupt__"]] == ["go?"]
+    with pytest.raises(perdure.DeterminismError, match="ask"):
+        await renamed_nested.ainvoke(Command(resume="yes"), cfg("nested-renamed"))
+    info = await perdure.get_run("nested-renamed#1")
+    assert info.status is RunStatus.NEEDS_ATTENTION
+    assert info.attention is not None and info.attention["step_key"] == "node:ask"
+    # the graph unchanged resumes the same kind of thread
+    await nested_graph.ainvoke({"n": 0, "log": []}, cfg("nested-same"))
+    done = await nested_graph.ainvoke(Command(resume="yes"), cfg("nested-same"))
+    assert done["log"] == ["ok yes"]

@@ -855,9 +855,27 @@ def _breakpoint_pending(
     return False
 
 
-async def _check_nodes(run_id: str, graph: Pregel, tup: CheckpointTuple) -> None:
-    """The thread's last checkpoint waits only for nodes this graph has; else the graph
-    changed under it (a renamed or removed node) and continuing would silently skip work."""
+async def _check_graph(run_id: str, graph: Pregel, tup: CheckpointTuple) -> None:
+    """:func:`_check_nodes` on the checkpoint and on those of the subgraphs its pending
+    tasks were running, recursively (a node renamed inside a subgraph is caught too)."""
+    _check_nodes(run_id, graph, tup)
+    saver = graph.checkpointer
+    if not isinstance(saver, BaseCheckpointSaver):
+        return
+    subgraphs = dict(graph.get_subgraphs())
+    snap = await graph.aget_state(tup.config)
+    for task in snap.tasks:
+        sub = subgraphs.get(task.name)
+        if sub is None or not isinstance(task.state, dict):
+            continue
+        inner = await saver.aget_tuple(task.state)  # the subgraph's own checkpoint
+        if inner is not None:
+            await _check_graph(run_id, sub.copy(update={"checkpointer": saver}), inner)
+
+
+def _check_nodes(run_id: str, graph: Pregel, tup: CheckpointTuple) -> None:
+    """The checkpoint waits only for nodes this graph has; else the graph changed under
+    it (a renamed or removed node) and continuing would silently skip work."""
     checkpoint = tup.checkpoint
     seen_all = checkpoint.get("versions_seen") or {}
     waiting: list[str] = []
@@ -946,7 +964,7 @@ async def thread_run(spec: dict[str, Any]) -> Any:
             start["configurable"]["checkpoint_id"] = spec["config"]["configurable"]["checkpoint_id"]
         out = await _drive(graph, _decode(serde, spec["input"]), start, options, local)
     else:
-        await _check_nodes(run_id, graph, latest)
+        await _check_graph(run_id, graph, latest)
         snap = await graph.aget_state(config)
         if snap.next and not snap.interrupts:
             parent = (
