@@ -16,8 +16,10 @@ def test_the_task_runner_hook_is_installed_on_langgraphs_runner() -> None:
     assert getattr(runner, "__perdure__", False), "durable() could not wrap arun_with_retry"
     from langgraph.pregel import _retry
 
+    # the wrapper replaces the task's runnable: the first argument must be the task
     params = list(inspect.signature(_retry.arun_with_retry).parameters)
-    assert params[:4] == ["task", "retry_policy", "stream", "configurable"], params
+    assert params[0] == "task", params
+    assert _runner.arun_with_retry is not _retry.arun_with_retry
 
 
 def test_safe_types_and_schema_allowlist_are_where_we_read_them() -> None:

@@ -52,16 +52,11 @@ def install_task_wrapper(wrap: Callable[[Any, Any], Any | None]) -> None:
     if getattr(original, "__perdure__", False):
         return
 
-    async def arun_with_retry(
-        task: Any,
-        retry_policy: Any,
-        stream: bool = False,
-        configurable: dict[str, Any] | None = None,
-    ) -> Any:
+    async def arun_with_retry(task: Any, *args: Any, **kwargs: Any) -> Any:
         proc = wrap(task, task.proc)
         if proc is not None:
             task = dataclasses.replace(task, proc=proc)
-        return await original(task, retry_policy, stream=stream, configurable=configurable)
+        return await original(task, *args, **kwargs)
 
     arun_with_retry.__perdure__ = True  # type: ignore[attr-defined]
     lg_runner.arun_with_retry = arun_with_retry  # type: ignore[assignment]

@@ -862,15 +862,19 @@ async def _check_graph(run_id: str, graph: Pregel, tup: CheckpointTuple) -> None
     saver = graph.checkpointer
     if not isinstance(saver, BaseCheckpointSaver):
         return
-    subgraphs = dict(graph.get_subgraphs())
-    snap = await graph.aget_state(tup.config)
-    for task in snap.tasks:
-        sub = subgraphs.get(task.name)
-        if sub is None or not isinstance(task.state, dict):
-            continue
-        inner = await saver.aget_tuple(task.state)  # the subgraph's own checkpoint
-        if inner is not None:
-            await _check_graph(run_id, sub.copy(update={"checkpointer": saver}), inner)
+    snap = await graph.aget_state(tup.config, subgraphs=True)
+    pending: list[tuple[Pregel, StateSnapshot]] = [(graph, snap)]
+    while pending:
+        parent, state = pending.pop()
+        subgraphs = dict(parent.get_subgraphs())
+        for task in state.tasks:
+            sub = subgraphs.get(task.name)
+            if sub is None or not isinstance(task.state, StateSnapshot):
+                continue
+            inner = await saver.aget_tuple(task.state.config)  # the subgraph's checkpoint
+            if inner is not None:
+                _check_nodes(run_id, sub, inner)
+            pending.append((sub, task.state))
 
 
 def _check_nodes(run_id: str, graph: Pregel, tup: CheckpointTuple) -> None:
