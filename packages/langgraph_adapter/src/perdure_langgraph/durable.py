@@ -66,6 +66,7 @@ from perdure.config import resolve_url
 from perdure.context import current_run
 from perdure.locate import find, resolve
 from perdure.registry import open_backend
+from perdure.spi import report_determinism
 from perdure_langgraph._compat import install_task_wrapper, schema_types
 from perdure_langgraph._jsonable import to_jsonable as lossy_jsonable
 from perdure_langgraph.saver import PerdureSaver
@@ -901,8 +902,7 @@ def _check_nodes(run_id: str, graph: Pregel, tup: CheckpointTuple) -> None:
                 f"does not have (it has {sorted(n for n in graph.nodes if n != '__start__')}); "
                 "the graph changed under an in-flight thread",
             )
-            ctx = current_run.get()
-            raise error if ctx is None else ctx.fail_determinism(error)
+            raise report_determinism(error)
 
 
 async def _drive(
@@ -930,8 +930,7 @@ def _resolve_graph(ref: str, run_id: str, local: _Local | None) -> DurableGraph:
         found = _located(ref)
     except ConfigurationError as exc:
         error = DeterminismError(run_id, "graph", str(exc))
-        ctx = current_run.get()
-        raise (error if ctx is None else ctx.fail_determinism(error)) from exc
+        raise report_determinism(error) from exc
     if isinstance(found, DurableGraph):
         return found
     wrapped = _WRAPPED.get(ref)
