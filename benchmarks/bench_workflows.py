@@ -79,3 +79,24 @@ async def stamped(n: int) -> int:
     for i in range(n):
         total += await stamped_tick(i)
     return total
+
+
+@perdure.step
+async def io_step(i: int, seconds: float) -> int:
+    """A step that waits on I/O for ``seconds`` (a model or HTTP call)."""
+    await asyncio.sleep(seconds)
+    return i
+
+
+@perdure.workflow(name="bench_io_steps")
+async def io_steps(n: int, seconds: float) -> int:
+    total = 0
+    for i in range(n):
+        total += await io_step(i, seconds)
+    return total
+
+
+@perdure.workflow(name="bench_waits")
+async def waits() -> object:
+    """Suspends until someone signals it (the idle benchmark)."""
+    return await perdure.wait_for_signal("go")

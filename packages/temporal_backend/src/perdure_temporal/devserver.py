@@ -28,7 +28,6 @@ from perdure.errors import BackendUnavailableError, ConfigurationError
 SEARCH_ATTRIBUTES = {
     "PerdureStatus": "Keyword",
     "PerdureWorkflow": "Keyword",
-    "PerdureDueAt": "Double",
 }
 
 
@@ -71,6 +70,8 @@ class DevServer:
     def __init__(self, *, port: int | None = None, db_file: Path | None = None) -> None:
         self.port = port or free_port()
         self.db_file = db_file
+        #: Where the server serves its Prometheus metrics (``/metrics``).
+        self.metrics_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
 
@@ -95,7 +96,7 @@ class DevServer:
             "--http-port",
             str(free_port()),
             "--metrics-port",
-            str(free_port()),
+            str(self.metrics_port),
             "--log-level",
             "error",
         ]

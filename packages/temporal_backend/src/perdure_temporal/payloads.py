@@ -5,7 +5,9 @@ limit and is re-read on every replay. Values above ``payload_threshold`` bytes (
 responses, transcripts, big step results) are written here first and the history keeps
 a reference: their SHA-256. Content addressing makes a write idempotent, so a driver
 that loses its lease between writing a payload and appending its event can never
-overwrite what the winner referenced.
+overwrite what the winner referenced — and it makes a read checkable: bytes whose
+SHA-256 is not their key were changed after they were written, and reading them is a
+``PayloadError``, never a value.
 """
 
 from __future__ import annotations
@@ -17,6 +19,21 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 
+class PayloadError(Exception):
+    """A payload stored aside is not what was written under its key."""
+
+
+def verified(key: str, data: bytes, where: object) -> bytes:
+    """``data`` if its SHA-256 is ``key``; else a ``PayloadError`` naming both."""
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != key:
+        raise PayloadError(
+            f"payload {key} in {where} was changed after it was written "
+            f"(its {len(data)} bytes hash to {actual})"
+        )
+    return data
+
+
 class PayloadStore(ABC):
     """Bytes by their SHA-256, written before any history references them."""
 
@@ -26,7 +43,8 @@ class PayloadStore(ABC):
 
     @abstractmethod
     def get(self, key: str) -> bytes:
-        """The bytes stored under ``key``; ``KeyError`` if there are none."""
+        """The bytes stored under ``key``, checked against it; ``KeyError`` if there are
+        none, ``PayloadError`` if they are not what was stored."""
 
 
 class DirectoryPayloads(PayloadStore):
@@ -60,6 +78,10 @@ class DirectoryPayloads(PayloadStore):
 
     def get(self, key: str) -> bytes:
         try:
-            return self.path(key).read_bytes()
+            data = self.path(key).read_bytes()
         except FileNotFoundError:
             raise KeyError(key) from None
+        return verified(key, data, self)
+
+    def __str__(self) -> str:
+        return str(self.root)

@@ -22,6 +22,8 @@ from perdure_temporal.devserver import DevServer
 NOT_JSON = b"{not json"
 #: History events per workflow execution in the test matrix (the default is 8,000).
 HISTORY_LIMIT = 200
+#: Seconds without a heartbeat before a drive moves to another worker (crash tests).
+HEARTBEAT = 5
 
 _server: DevServer | None = None
 
@@ -58,7 +60,9 @@ def temporal_url(tmp_path: Path) -> Generator[str]:
     """The matrix's Temporal store. Payloads above 0 bytes go aside, so the corrupter
     reaches every stored value; a short history limit makes every longer scenario cross
     a continue-as-new."""
-    yield fresh_url(tmp_path, payload_threshold=0, history_limit=HISTORY_LIMIT)
+    yield fresh_url(
+        tmp_path, payload_threshold=0, history_limit=HISTORY_LIMIT, heartbeat_timeout=HEARTBEAT
+    )
 
 
 def corrupt_event(url: str, run_id: str, seq: int) -> None:
@@ -68,8 +72,8 @@ def corrupt_event(url: str, run_id: str, seq: int) -> None:
 
     from temporalio.client import Client
 
+    from perdure_temporal.history import read_history
     from perdure_temporal.payloads import DirectoryPayloads
-    from perdure_temporal.store import read_history
     from perdure_temporal.url import TemporalUrl
 
     config = TemporalUrl.parse(url)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from perdure.errors import ConfigurationError
@@ -18,7 +19,30 @@ DEFAULT_PAYLOADS = ".perdure/payloads"
 DEFAULT_HISTORY_LIMIT = 8_000
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:@/-]+$")
-_KNOWN = {"task_queue", "payloads", "payload_threshold", "id_prefix", "state", "history_limit"}
+#: Seconds without a heartbeat after which a drive's worker is taken for dead.
+DEFAULT_HEARTBEAT_TIMEOUT = 10.0
+#: Seconds one drive (up to the run's next wait) may take at most.
+DEFAULT_DRIVE_TIMEOUT = 24 * 3600.0
+
+_KNOWN = {
+    "task_queue",
+    "payloads",
+    "payload_threshold",
+    "id_prefix",
+    "state",
+    "history_limit",
+    "heartbeat_timeout",
+    "drive_timeout",
+    # connection (see perdure_temporal.connection)
+    "profile",
+    "tls",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+    "tls_server_name",
+    "api_key_env",
+}
+_TLS_FILES = ("tls_ca", "tls_cert", "tls_key")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +57,9 @@ class TemporalUrl:
     (LangGraph checkpoints, Agents SDK sessions), by default a SQLite file in the
     payload directory — give a ``postgresql://`` URL when workers run on several hosts;
     ``history_limit`` is the number of history events after which a run's workflow
-    continues as new.
+    continues as new; ``heartbeat_timeout`` the seconds without a heartbeat after which
+    Temporal takes a drive's worker for dead and retries the drive on another, and
+    ``drive_timeout`` the most one drive (up to the run's next wait) may take.
     """
 
     url: str
@@ -45,20 +71,41 @@ class TemporalUrl:
     payload_threshold: int
     state: str
     history_limit: int
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
+    drive_timeout: float = DEFAULT_DRIVE_TIMEOUT
+    #: Connection settings beyond host and namespace: ``profile`` (a
+    #: ``temporalio.envconfig`` profile), ``tls``, ``tls_ca``/``tls_cert``/``tls_key``
+    #: (PEM files), ``tls_server_name``, ``api_key_env`` (the variable holding the key).
+    connection: tuple[tuple[str, str], ...] = ()
+
+    def connect_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``temporalio.client.Client.connect`` for this URL (TLS
+        files and the API key are read now, not when the URL was parsed)."""
+        from perdure_temporal.connection import connect_options
+
+        return connect_options(self)
 
     @classmethod
     def parse(cls, url: str) -> TemporalUrl:
         parts = urlsplit(url)
         if parts.scheme != "temporal":
             raise ConfigurationError(f"not a temporal:// URL: {url!r}")
-        if not parts.hostname:
-            raise ConfigurationError(f"malformed Temporal URL {url!r}: no host")
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        if "api_key" in query:
+            raise ConfigurationError(
+                "Temporal URL: an API key does not belong in a URL (URLs are logged); "
+                "name the environment variable that holds it with api_key_env=, or set "
+                "TEMPORAL_API_KEY"
+            )
+        if not parts.hostname and "profile" not in query:
+            raise ConfigurationError(
+                f"malformed Temporal URL {url!r}: no host (give one, or a profile=)"
+            )
         try:
             port = parts.port or DEFAULT_PORT
         except ValueError:
             raise ConfigurationError(f"malformed Temporal URL {url!r}: bad port") from None
         namespace = parts.path.strip("/") or "default"
-        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         unknown = set(query) - _KNOWN
         if unknown:
             raise ConfigurationError(
@@ -89,17 +136,45 @@ class TemporalUrl:
                 f"Temporal URL {url!r}: history_limit must be 20..40000 events, not {raw_limit!r}"
             )
         state = query.get("state") or f"sqlite:///{payloads / 'perdure-state.db'}"
+        heartbeat = _seconds(url, query, "heartbeat_timeout", DEFAULT_HEARTBEAT_TIMEOUT)
+        drive_timeout = _seconds(url, query, "drive_timeout", DEFAULT_DRIVE_TIMEOUT)
+        tls = query.get("tls")
+        if tls is not None and tls not in ("true", "false", "1", "0"):
+            raise ConfigurationError(f"Temporal URL {url!r}: tls must be true or false")
+        connection = tuple(
+            sorted(
+                (k, v)
+                for k, v in query.items()
+                if k in ("profile", "tls", "tls_server_name", "api_key_env", *_TLS_FILES)
+            )
+        )
         return cls(
+            connection=connection,
+            heartbeat_timeout=heartbeat,
+            drive_timeout=drive_timeout,
             url=url,
             state=state,
             history_limit=int(raw_limit),
-            target=f"{parts.hostname}:{port}",
+            target=f"{parts.hostname}:{port}" if parts.hostname else "",
             namespace=namespace,
             task_queue=task_queue,
             id_prefix=id_prefix,
             payloads=payloads,
             payload_threshold=threshold,
         )
+
+
+def _seconds(url: str, query: dict[str, str], name: str, default: float) -> float:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e9:
+        raise ConfigurationError(f"Temporal URL {url!r}: {name} must be seconds, not {raw!r}")
+    return value
 
 
 def state_url(url: str) -> str:

@@ -1,9 +1,9 @@
-"""The journal worker: applies a process's share of ``perdure.run`` workflow tasks.
+"""The Temporal workers of one process: ``perdure.run`` workflow tasks and drives.
 
-It runs on a thread with its own event loop and client, so the journal keeps answering
-(updates from other processes, queries of the CLI) even while the application's own
-loop is busy or blocked — a worker that polls Temporal but cannot run its tasks would
-hold up every run it was last given.
+Workflow tasks run on a thread with its own event loop and client, so the workflow keeps
+answering (updates from other processes, the CLI's cancel) even while the
+application's loop is busy. Drives run on the application's own loop, where the
+workflow's code expects to run (its clients, locks and tasks belong to that loop).
 """
 
 from __future__ import annotations
@@ -11,37 +11,39 @@ from __future__ import annotations
 import asyncio
 import threading
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from perdure_temporal.journal import PerdureRun
+from perdure_temporal.workflow import PerdureRun
 
 #: How long a workflow task waits on the sticky queue of the worker that last ran the
 #: workflow before any worker may take it: short, so a SIGKILLed worker costs little.
 STICKY_TIMEOUT = timedelta(seconds=1)
+#: How long a stopping worker lets its drives finish the step in hand.
+DRAIN_TIMEOUT = timedelta(seconds=30)
 
 
-class JournalWorker:
+class WorkflowWorker:
     """A Temporal worker for ``perdure.run`` on one task queue, on its own thread."""
 
-    def __init__(self, target: str, namespace: str, task_queue: str) -> None:
-        self.target = target
-        self.namespace = namespace
+    def __init__(self, connect: dict[str, Any], task_queue: str) -> None:
+        self.connect = connect
         self.task_queue = task_queue
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread = threading.Thread(
-            target=self._main, name=f"perdure-journal-{task_queue}", daemon=True
+            target=self._main, name=f"perdure-workflows-{task_queue}", daemon=True
         )
 
     def start(self, timeout: float = 30.0) -> None:
         """Start polling; raise what connecting raised."""
         self._thread.start()
         if not self._ready.wait(timeout):
-            raise TimeoutError(f"the journal worker for {self.target} did not start")
+            raise TimeoutError(f"the workflow worker for {self.task_queue!r} did not start")
         if self._error is not None:
             raise self._error
 
@@ -62,17 +64,29 @@ class JournalWorker:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        client = await Client.connect(self.target, namespace=self.namespace)
+        client = await Client.connect(**self.connect)
         worker = Worker(
             client,
             task_queue=self.task_queue,
             workflows=[PerdureRun],
-            # The journal imports only the standard library and temporalio and never
-            # reads a clock or a random source: the sandbox would only cost each task
+            # The workflow imports only the standard library and temporalio and reads
+            # time only through workflow.now(): the sandbox would only cost each task
             # (under load, enough to time tasks out).
             workflow_runner=UnsandboxedWorkflowRunner(),
             sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+            max_concurrent_workflow_tasks=64,
         )
         async with worker:
             self._ready.set()
             await self._stop.wait()
+
+
+def drive_worker(client: Client, task_queue: str, drives: Any, concurrency: int) -> Worker:
+    """A worker for the ``perdure.drive`` activity, ``concurrency`` drives at a time."""
+    return Worker(
+        client,
+        task_queue=task_queue,
+        activities=[drives.drive],
+        max_concurrent_activities=concurrency,
+        graceful_shutdown_timeout=DRAIN_TIMEOUT,
+    )

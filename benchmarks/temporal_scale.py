@@ -1,0 +1,309 @@
+"""perdure on Temporal at scale, against bare Temporal on the same dev server.
+
+    uv run python -m benchmarks.temporal_scale [--runs 1000] [--steps 5] [--io-ms 20]
+                                               [--idle-runs 100] [--idle-seconds 30]
+                                               [--quick] [--json PATH]
+
+* concurrency: ``--runs`` runs started at once from one process, each ``--steps``
+  sequential steps of ``--io-ms`` of I/O (``asyncio.sleep``), perdure on ``temporal://``
+  against the same work as bare Temporal workflows of activities; wall time from the
+  first start to the last result, and failed runs (target: 0 failed, within 1.5x);
+* idle: ``--idle-runs`` runs suspended on a signal, one caller waiting on each
+  (``backend.wait``), for ``--idle-seconds``: history events the runs gained and the
+  server's own request counters (its Prometheus ``service_requests``) per operation and
+  second — queries, updates, visibility lists, describes (target: 0/s).
+
+The dev server is started here (``perdure_temporal.devserver``), every worker runs in
+this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+with workflow.unsafe.imports_passed_through():
+    from benchmarks import bench_workflows
+    from benchmarks._results import Figure, Target, add_json_argument, write_json
+    from perdure import RunStatus
+    from perdure.registry import open_backend
+    from perdure_temporal.devserver import DevServer
+
+SECTION = "Temporal at scale"
+BARE_QUEUE = "bench-scale-bare"
+CONCURRENCY_TARGET = Target("ratio", 1.5, "<= 1.5x bare activities, 0 failed")
+IDLE_TARGET = Target("value", 0.0, "0 per second at idle")
+#: Server operations a waiting caller or an idle worker could cost (workers' own task
+#: polls are long polls that bare Temporal workers make too, shown apart).
+WATCHED = (
+    "QueryWorkflow",
+    "UpdateWorkflowExecution",
+    "PollWorkflowExecutionUpdate",
+    "ListWorkflowExecutions",
+    "CountWorkflowExecutions",
+    "DescribeWorkflowExecution",
+    "SignalWorkflowExecution",
+    "GetWorkflowExecutionHistory",
+)
+#: Seconds the dev server takes to publish a request in its counters.
+METRICS_DELAY = 3.0
+_SAMPLE = re.compile(r"^service_requests\{(?P<labels>[^}]*)\}\s+(?P<value>[0-9.e+]+)$")
+
+
+@activity.defn(name="bench.io")
+async def bare_io(i: int, seconds: float) -> int:
+    await asyncio.sleep(seconds)
+    return i
+
+
+@workflow.defn(name="bench.bare_io_steps")
+class BareIoSteps:
+    @workflow.run
+    async def run(self, n: int, seconds: float) -> int:
+        total = 0
+        for i in range(n):
+            total += await workflow.execute_activity(
+                bare_io, args=[i, seconds], start_to_close_timeout=timedelta(seconds=120)
+            )
+        return total
+
+
+def server_requests(metrics_port: int) -> Counter[str]:
+    """The dev server's request counters by operation (frontend only)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if not m or 'service_name="frontend"' not in m["labels"]:
+            continue
+        op = re.search(r'operation="([^"]+)"', m["labels"])
+        if op:
+            out[op.group(1)] += int(float(m["value"]))
+    return out
+
+
+async def bare_concurrent(client: Client, runs: int, steps: int, io: float) -> tuple[float, int]:
+    t0 = time.perf_counter()
+
+    async def one() -> bool:
+        try:
+            result = await client.execute_workflow(
+                BareIoSteps.run,
+                args=[steps, io],
+                id=f"bare-{uuid.uuid4().hex}",
+                task_queue=BARE_QUEUE,
+            )
+            return result == sum(range(steps))
+        except Exception:
+            return False
+
+    ok = await asyncio.gather(*(one() for _ in range(runs)))
+    return time.perf_counter() - t0, ok.count(False)
+
+
+async def perdure_concurrent(backend: Any, runs: int, steps: int, io: float) -> tuple[float, int]:
+    t0 = time.perf_counter()
+
+    async def one() -> bool:
+        try:
+            handle = await backend.start(
+                bench_workflows.io_steps, (steps, io), {}, run_id=uuid.uuid4().hex
+            )
+            return bool(await handle.result() == sum(range(steps)))
+        except Exception as exc:
+            print(f"  perdure run failed: {type(exc).__name__}: {exc}")
+            return False
+
+    ok = await asyncio.gather(*(one() for _ in range(runs)))
+    return time.perf_counter() - t0, ok.count(False)
+
+
+async def idle(
+    backend: Any, client: Client, server: DevServer, prefix: str, runs: int, seconds: float
+) -> tuple[float, Counter[str], Counter[str]]:
+    """(history events gained per second, watched requests/s, other requests/s)."""
+    ids = [uuid.uuid4().hex for _ in range(runs)]
+    for run_id in ids:
+        await backend.start(bench_workflows.waits, (), {}, run_id=run_id)
+    await backend.idle()
+    for run_id in ids:
+        assert (await backend.get_run(run_id)).status is RunStatus.SUSPENDED
+    waiters = [asyncio.ensure_future(backend.wait(run_id)) for run_id in ids]
+    await asyncio.sleep(2)  # every waiter has made its first read and is long-polling
+
+    async def history_length() -> int:
+        total = 0
+        for run_id in ids:
+            desc = await client.get_workflow_handle(f"{prefix}{run_id}").describe()
+            total += desc.history_length
+        return total
+
+    before_events = await history_length()
+    # The server publishes its counters a moment late: let our own describes land first.
+    await asyncio.sleep(METRICS_DELAY)
+    before = server_requests(server.metrics_port)
+    await asyncio.sleep(seconds)
+    after = server_requests(server.metrics_port)
+    gained = (await history_length()) - before_events
+    delta = after - before
+    watched = Counter({op: delta[op] / seconds for op in WATCHED if delta[op]})
+    other = Counter({op: n / seconds for op, n in delta.items() if op not in WATCHED})
+    for run_id in ids:  # let them finish: the waiters return
+        await backend.signal(run_id, "go", 1)
+    await asyncio.gather(*waiters)
+    return gained / seconds, watched, other
+
+
+async def main(
+    runs: int, steps: int, io_ms: float, idle_runs: int, idle_seconds: float
+) -> list[Figure]:
+    tmp = Path(tempfile.mkdtemp(prefix="perdure-bench-temporal-scale-"))
+    prefix = f"s{uuid.uuid4().hex[:8]}-"
+    io = io_ms / 1000
+    figures: list[Figure] = []
+    with DevServer() as server:
+        url = server.url(task_queue="bench-scale", id_prefix=prefix, payloads=str(tmp / "p"))
+        client = await Client.connect(server.target)
+        backend = open_backend(url)
+        await backend.open()
+        stop = asyncio.Event()
+        serving = asyncio.ensure_future(backend.serve(stop=stop, concurrency=runs))
+        try:
+            async with Worker(
+                client,
+                task_queue=BARE_QUEUE,
+                workflows=[BareIoSteps],
+                activities=[bare_io],
+                workflow_runner=UnsandboxedWorkflowRunner(),
+                max_concurrent_activities=runs,
+            ):
+                await perdure_concurrent(backend, 10, steps, io)  # warm-up
+                await bare_concurrent(client, 10, steps, io)
+                bare_s, bare_failed = await bare_concurrent(client, runs, steps, io)
+                ours_s, ours_failed = await perdure_concurrent(backend, runs, steps, io)
+            print(f"\n{runs} concurrent runs x {steps} steps x {io_ms:g} ms I/O, one process")
+            print(f"  bare Temporal activities  {bare_s:7.1f} s   {bare_failed} failed")
+            print(f"  perdure on temporal://    {ours_s:7.1f} s   {ours_failed} failed")
+            print(
+                f"  ratio                     {ours_s / bare_s:7.2f}x  (target <= 1.5x, 0 failed)"
+            )
+            settings = (
+                f"{runs} runs started at once from one process, {steps} sequential steps of "
+                f"{io_ms:g} ms asyncio.sleep each; workers in-process, one dev server; "
+                f"failed: perdure {ours_failed}, bare {bare_failed}"
+            )
+            figures.append(
+                Figure(
+                    "temporal.scale.concurrent",
+                    SECTION,
+                    f"perdure on temporal://, {runs} concurrent {steps}-step runs",
+                    "s",
+                    [ours_s],
+                    anchor="bare Temporal workflows of activities",
+                    anchor_samples=[bare_s],
+                    settings=settings,
+                    target=CONCURRENCY_TARGET,
+                    params={"runs": runs, "failed": ours_failed, "bare_failed": bare_failed},
+                )
+            )
+            figures.append(
+                Figure(
+                    "temporal.scale.failed",
+                    SECTION,
+                    f"failed perdure runs of {runs}",
+                    "runs",
+                    [float(ours_failed)],
+                    settings=settings,
+                    target=Target("value", 0.0, "0 failed"),
+                )
+            )
+
+            events, watched, other = await idle(
+                backend, client, server, prefix, idle_runs, idle_seconds
+            )
+            print(f"\n{idle_runs} suspended runs, one caller waiting on each, {idle_seconds:g} s")
+            print(f"  history events gained     {events:.3f}/s")
+            for op in WATCHED:
+                print(f"  {op:32}{watched.get(op, 0.0):.3f}/s")
+            print(
+                "  (workers' task polls, as bare Temporal workers make them: "
+                + ", ".join(f"{op} {n:.2f}/s" for op, n in sorted(other.items()))
+                + ")"
+            )
+            idle_settings = (
+                f"{idle_runs} runs suspended on wait_for_signal, one backend.wait() caller "
+                f"each, {idle_seconds:g} s window; the dev server's service_requests counters"
+            )
+            figures.append(
+                Figure(
+                    "temporal.idle.events",
+                    SECTION,
+                    "history events per second, idle suspended runs with waiters",
+                    "events/s",
+                    [events],
+                    settings=idle_settings,
+                    target=IDLE_TARGET,
+                )
+            )
+            figures.append(
+                Figure(
+                    "temporal.idle.rpcs",
+                    SECTION,
+                    "queries+updates+lists+describes per second at idle",
+                    "RPC/s",
+                    [
+                        sum(
+                            watched.get(op, 0.0)
+                            for op in WATCHED
+                            if op != "GetWorkflowExecutionHistory"
+                        )
+                    ],
+                    settings=idle_settings + "; waiters' history long polls reported apart: "
+                    f"{watched.get('GetWorkflowExecutionHistory', 0.0):.3f}/s",
+                    target=IDLE_TARGET,
+                )
+            )
+        finally:
+            stop.set()
+            await serving
+            await backend.close()
+    return figures
+
+
+def cli(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--io-ms", type=float, default=20.0)
+    parser.add_argument("--idle-runs", type=int, default=100)
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--quick", action="store_true")
+    add_json_argument(parser)
+    ns = parser.parse_args(argv)
+    if ns.quick or os.environ.get("PERDURE_BENCH_QUICK") == "1":
+        ns.runs, ns.idle_runs, ns.idle_seconds = min(ns.runs, 50), min(ns.idle_runs, 10), 5.0
+    write_json(
+        ns.json, asyncio.run(main(ns.runs, ns.steps, ns.io_ms, ns.idle_runs, ns.idle_seconds))
+    )
+
+
+if __name__ == "__main__":
+    from benchmarks.temporal_scale import cli as _cli
+
+    _cli()

@@ -1,0 +1,495 @@
+"""``TemporalBackend``: perdure runs as Temporal workflows that Temporal drives.
+
+Each run is one ``perdure.run`` workflow (``workflow.py``) whose id is the run id after
+the URL's ``id_prefix``; Temporal schedules its drives (``drive.py``) on any worker of
+the task queue, times its waits and retries a drive whose worker died. This class is
+what the API and the CLI see: starting is ``start_workflow``, a signal is a Temporal
+signal, cancel/resume/reconcile are updates, reads are ``describe`` and the event
+history, listings are visibility queries, and waiting is a long poll on the history —
+no queries, no updates and no polling while a run waits.
+
+Every process that opens the backend runs a worker for the workflow's (tiny) tasks;
+one that starts, waits on or serves runs also runs drives (``perdure worker`` is
+exactly that, with ``--concurrency`` drives at a time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
+
+from perdure.backend import Backend, ReconcileOutcome, RunHandle
+from perdure.engine.driver import encode_input
+from perdure.errors import (
+    BackendUnavailableError,
+    ConfigurationError,
+    InvalidRunStateError,
+    RunNotFoundError,
+)
+from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus
+from perdure.serialization import to_jsonable
+from perdure.workflow import Workflow, registered_workflows
+from perdure_temporal.codec import Values
+from perdure_temporal.drive import Drives
+from perdure_temporal.faults import ride_out
+from perdure_temporal.history import read_history
+from perdure_temporal.payloads import DirectoryPayloads, PayloadStore
+from perdure_temporal.url import TemporalUrl
+from perdure_temporal.worker import WorkflowWorker, drive_worker
+from perdure_temporal.workflow import (
+    INPUT_MEMO,
+    INVALID_STATE,
+    MEMO,
+    STATUS,
+    TASK_TIMEOUT,
+    TERMINAL,
+    WORKFLOW,
+    WORKFLOW_TYPE,
+    PerdureRun,
+    initial_memo,
+)
+
+log = logging.getLogger("perdure.temporal")
+
+#: A parked run stops ``wait``: someone has to act before it can go on.
+STOPPED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_ATTENTION)
+#: Statuses of a run that is not moving by itself (what ``idle`` waits for).
+STILL = (*STOPPED, RunStatus.SUSPENDED)
+#: Drives one process runs at once unless ``serve`` says otherwise.
+DEFAULT_CONCURRENCY = 100
+#: History events after which a waiting caller reads the run again.
+_CHANGES = (
+    EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+)
+
+
+class TemporalBackend(Backend):
+    """Runs on the namespace and task queue of a ``temporal://`` URL."""
+
+    def __init__(self, url: str, *, payloads: PayloadStore | None = None) -> None:
+        self.url = url
+        self.config = TemporalUrl.parse(url)
+        self.values = Values(self.config, payloads or DirectoryPayloads(self.config.payloads))
+        self._client: Client | None = None
+        self._workflows: WorkflowWorker | None = None
+        self._drives: Drives | None = None
+        self._drive_worker: Worker | None = None
+        self._drive_task: asyncio.Task[None] | None = None
+        self._started: set[str] = set()
+        self._opening = asyncio.Lock()
+
+    # -- connection ----------------------------------------------------------------------
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise BackendUnavailableError(f"{self.config.target}: the backend is not open")
+        return self._client
+
+    async def open(self) -> None:
+        async with self._opening:
+            if self._client is not None:
+                return
+            cfg = self.config
+            connect = cfg.connect_options()
+            try:
+                client = await asyncio.wait_for(Client.connect(**connect), timeout=15)
+            except (RuntimeError, RPCError, TimeoutError, OSError) as exc:
+                raise BackendUnavailableError(
+                    f"Temporal at {cfg.target} (namespace {cfg.namespace!r}) is unavailable: {exc}"
+                ) from exc
+            workflows = WorkflowWorker(connect, cfg.task_queue)
+            await asyncio.to_thread(workflows.start)
+            self._client = client
+            self._workflows = workflows
+
+    async def close(self) -> None:
+        worker, task = self._drive_worker, self._drive_task
+        self._drive_worker = self._drive_task = self._drives = None
+        if worker is not None:
+            with contextlib.suppress(Exception):
+                await worker.shutdown()
+        if task is not None:
+            with contextlib.suppress(BaseException):
+                await task
+        workflows = self._workflows
+        self._client = self._workflows = None
+        if workflows is not None:
+            await asyncio.to_thread(workflows.stop)
+
+    async def _ensure_drives(self, concurrency: int = DEFAULT_CONCURRENCY) -> Drives:
+        """Run drives in this process (on this loop) from now on."""
+        await self.open()
+        if self._drives is None:
+            drives = Drives(self.url, self.client, self.values)
+            worker = drive_worker(self.client, self.config.task_queue, drives, concurrency)
+            self._drives, self._drive_worker = drives, worker
+            self._drive_task = asyncio.get_running_loop().create_task(
+                worker.run(), name=f"perdure-drives-{self.config.task_queue}"
+            )
+        return self._drives
+
+    def workflow_id(self, run_id: str) -> str:
+        return f"{self.config.id_prefix}{run_id}"
+
+    def _handle(self, run_id: str) -> WorkflowHandle[Any, Any]:
+        return self.client.get_workflow_handle(self.workflow_id(run_id))
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> RunInfo:
+        await self.open()
+        info, _ = await self._describe(run_id)
+        return info
+
+    async def _describe(self, run_id: str) -> tuple[RunInfo, int]:
+        """The run as its workflow's memo shows it, and its history length."""
+        handle = self._handle(run_id)
+        try:
+            desc = await ride_out(f"describe of run {run_id!r}", handle.describe)
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                raise RunNotFoundError(run_id) from None
+            raise BackendUnavailableError(f"describe of run {run_id!r}: {exc}") from exc
+        memo = await desc.memo()
+        info = await self._info_from_memo(run_id, memo)
+        closed = desc.status not in (None, WorkflowExecutionStatus.RUNNING)
+        if closed and info.status.value not in TERMINAL:
+            # Ended by Temporal itself (terminated, timed out), not by the run.
+            status = desc.status.name if desc.status is not None else "closed"
+            info.status = RunStatus.FAILED
+            info.error = {"type": "WorkflowClosed", "message": f"the workflow was {status}"}
+        return info, desc.history_length
+
+    async def _info_from_memo(self, run_id: str, memo: Mapping[str, Any]) -> RunInfo:
+        run = memo.get(MEMO)
+        if not isinstance(run, dict):
+            raise RunNotFoundError(run_id)  # not a perdure run
+        return await self.values.info(cast(dict[str, Any], run), input_text=memo.get(INPUT_MEMO))
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] | None = None,
+        older_than: float | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+    ) -> list[RunInfo]:
+        """Runs newest first, from visibility alone (memo and search attributes), paged."""
+        await self.open()
+        query = (
+            f"WorkflowType = '{WORKFLOW_TYPE}' AND TaskQueue = {_quote(self.config.task_queue)}"
+            " AND ExecutionStatus != 'ContinuedAsNew'"
+        )
+        if statuses:
+            query += f" AND PerdureStatus IN ({', '.join(_quote(s.value) for s in statuses)})"
+        if workflow is not None:
+            query += f" AND PerdureWorkflow = {_quote(workflow)}"
+        before = None if older_than is None else time.time() - older_than
+        prefix = self.config.id_prefix
+        out: list[RunInfo] = []
+        async for wf in self.client.list_workflows(query, page_size=min(max(limit, 10), 1000)):
+            if not wf.id.startswith(prefix):
+                continue
+            try:
+                info = await self._info_from_memo(wf.id[len(prefix) :], await wf.memo())
+            except RunNotFoundError:
+                continue
+            if statuses is not None and info.status not in statuses:
+                continue  # visibility lags a moment behind the memo
+            if before is not None and info.updated_at >= before:
+                continue
+            out.append(info)
+            if len(out) >= limit:
+                break
+        out.sort(key=lambda r: r.created_at, reverse=True)
+        return out
+
+    async def history(self, run_id: str) -> list[Event]:
+        await self.open()
+        try:
+            rows = await ride_out(
+                f"history of run {run_id!r}",
+                lambda: read_history(self.client, self.workflow_id(run_id)),
+            )
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                raise RunNotFoundError(run_id) from None
+            raise
+        return await self.values.events(run_id, rows)
+
+    # -- starting and waiting ------------------------------------------------------------
+
+    async def start(
+        self,
+        workflow: Workflow[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        run_id: str,
+        parent_run_id: str | None = None,
+    ) -> RunHandle:
+        await self._ensure_drives()
+        now = time.time()
+        text, ref = await self.values.pack(encode_input(run_id, args, kwargs))
+        run: dict[str, Any] = {
+            "run_id": run_id,
+            "workflow": workflow.name,
+            "status": RunStatus.PENDING.value,
+            "input": text,
+            "input_ref": ref,
+            "created_at": now,
+            "updated_at": now,
+            "code_version": workflow.code_version,
+            "result": None,
+            "result_ref": None,
+            "error": None,
+            "fence": 0,
+            "cancel_requested": False,
+            "waiting_for": None,
+            "wake_at": None,
+            "attention": None,
+            "parent_run_id": parent_run_id,
+            "details": {},
+        }
+        event = {
+            "kind": EventKind.RUN_STARTED.value,
+            "at": now,
+            "step_key": None,
+            "name": None,
+            "data": text,
+            "data_ref": ref,
+        }
+        cfg = self.config
+        start = {
+            "run": run,
+            "event": event,
+            "config": {
+                "task_queue": cfg.task_queue,
+                "history_limit": cfg.history_limit,
+                "heartbeat_timeout": cfg.heartbeat_timeout,
+                "drive_timeout": cfg.drive_timeout,
+            },
+        }
+        try:
+            await ride_out(
+                f"start of run {run_id!r}",
+                lambda: self.client.start_workflow(
+                    PerdureRun.main,
+                    start,
+                    id=self.workflow_id(run_id),
+                    task_queue=cfg.task_queue,
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                    task_timeout=TASK_TIMEOUT,
+                    memo=initial_memo(run),
+                    search_attributes=TypedSearchAttributes(
+                        [
+                            SearchAttributePair(STATUS, RunStatus.PENDING.value),
+                            SearchAttributePair(WORKFLOW, workflow.name),
+                        ]
+                    ),
+                    static_summary=f"perdure run of {workflow.name}",
+                ),
+            )
+        except WorkflowAlreadyStartedError:
+            pass  # starting is idempotent: this is the run that exists
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.INVALID_ARGUMENT and "search attribute" in exc.message:
+                raise ConfigurationError(
+                    f"namespace {cfg.namespace!r} lacks perdure's search attributes "
+                    "(PerdureStatus, PerdureWorkflow): run `python -m perdure_temporal.setup "
+                    f"--url ...` once ({exc.message})"
+                ) from None
+            raise BackendUnavailableError(f"could not start run {run_id!r}: {exc}") from exc
+        self._started.add(run_id)
+        return RunHandle(self, run_id)
+
+    async def wait(
+        self, run_id: str, *, timeout: float | None = None, drive: bool = True
+    ) -> RunInfo:
+        if drive:
+            await self._ensure_drives()
+        else:
+            await self.open()
+        try:
+            return await asyncio.wait_for(self._until(run_id, STOPPED), timeout)
+        except TimeoutError:
+            info = await self.get_run(run_id)
+            raise TimeoutError(
+                f"run {run_id!r} still {info.status.value} after {timeout}s"
+            ) from None
+
+    async def _until(self, run_id: str, statuses: Sequence[RunStatus]) -> RunInfo:
+        """Long-poll the run's history; read the run again only when its record changed."""
+        while True:
+            info, seen = await self._describe(run_id)
+            if info.status in statuses:
+                return info
+            handle = self._handle(run_id)
+            with contextlib.suppress(RPCError):
+                async for event in handle.fetch_history_events(wait_new_event=True):
+                    if event.event_id > seen and event.event_type in _CHANGES:
+                        break
+
+    async def idle(self) -> None:
+        """Return once every run started here has stopped moving and no drive runs here."""
+        for run_id in sorted(self._started):
+            with contextlib.suppress(RunNotFoundError):
+                await self._until(run_id, STILL)
+            self._started.discard(run_id)
+        drives = self._drives
+        while drives is not None and drives.running:
+            await asyncio.gather(*drives.running.values(), return_exceptions=True)
+
+    async def serve(self, *, stop: asyncio.Event, concurrency: int = 100) -> None:
+        if not registered_workflows():
+            raise ConfigurationError(
+                "this worker has no registered workflows; import the module that defines them"
+            )
+        await self._ensure_drives(concurrency)
+        await stop.wait()
+
+    # -- acting on a run -----------------------------------------------------------------
+
+    async def _update(self, run_id: str, name: str, arg: dict[str, Any]) -> Any:
+        handle = self._handle(run_id)
+        update_id = f"{name}-{time.time_ns()}"
+        try:
+            return await ride_out(
+                f"{name} of run {run_id!r}",
+                lambda: handle.execute_update(name, arg, id=update_id),
+            )
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type == INVALID_STATE:
+                raise InvalidRunStateError(cause.message) from None
+            raise
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                raise await self._absent(run_id) from None
+            raise BackendUnavailableError(f"{name} of run {run_id!r}: {exc}") from exc
+
+    async def _absent(self, run_id: str) -> Exception:
+        """What a NOT_FOUND from an open-workflow call means: ended, or never was."""
+        try:
+            info = await self.get_run(run_id)
+        except RunNotFoundError as exc:
+            return exc
+        return InvalidRunStateError(f"run {run_id!r} has ended ({info.status.value})")
+
+    async def signal(
+        self, run_id: str, name: str, payload: Any = None, *, by: str | None = None
+    ) -> None:
+        await self.open()
+        info = await self.get_run(run_id)
+        if info.status.value in TERMINAL:
+            raise InvalidRunStateError(
+                f"run {run_id!r} is {info.status.value}; it takes no signals"
+            )
+        data = to_jsonable(payload, f"payload of signal {name!r} to run {run_id!r}")
+        text, ref = await self.values.pack(data)
+        meta = {"sent_by": by, "sent_at": time.time(), "payload_ref": ref}
+        try:
+            await ride_out(
+                f"signal {name!r} to run {run_id!r}",
+                lambda: self._handle(run_id).signal(
+                    name, args=[data if ref is None else None, meta]
+                ),
+            )
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                raise await self._absent(run_id) from None
+            raise BackendUnavailableError(f"signal to run {run_id!r}: {exc}") from exc
+        del text
+
+    async def cancel(self, run_id: str) -> RunInfo:
+        await self.open()
+        run = await self._update(run_id, "request_cancel", {"now": time.time()})
+        return await self.values.info(run)
+
+    async def resume(self, run_id: str) -> RunInfo:
+        await self.open()
+        info = await self.get_run(run_id)
+        if info.attention and info.attention.get("reason") == "unknown-outcome":
+            raise InvalidRunStateError(
+                f"run {run_id!r} waits for the outcome of step "
+                f"{info.attention.get('step_key')!r}; use reconcile, not resume"
+            )
+        return await self._admin_append(
+            run_id,
+            [NewEvent(EventKind.RECONCILED, data={"outcome": "resume"})],
+            expect=(RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION),
+        )
+
+    async def reconcile(
+        self,
+        run_id: str,
+        step_key: str,
+        outcome: ReconcileOutcome,
+        *,
+        result: Any = None,
+        message: str | None = None,
+        by: str | None = None,
+    ) -> RunInfo:
+        await self.open()
+        info = await self.get_run(run_id)
+        parked = (info.attention or {}).get("step_key")
+        if info.status is not RunStatus.NEEDS_ATTENTION or parked != step_key:
+            raise InvalidRunStateError(
+                f"run {run_id!r} has no unknown outcome at step {step_key!r} "
+                f"(status {info.status.value}, parked step {parked!r})"
+            )
+        data: dict[str, Any] = {"outcome": outcome, "by": by, "message": message}
+        if outcome == "succeeded":
+            data["result"] = to_jsonable(result, f"reconciled result of step {step_key!r}")
+        elif outcome == "failed":
+            data["error"] = {"type": "Reconciled", "message": message or "marked failed"}
+        return await self._admin_append(
+            run_id,
+            [NewEvent(EventKind.RECONCILED, step_key, step_key.partition(":")[2], data)],
+            expect=(RunStatus.NEEDS_ATTENTION,),
+        )
+
+    async def _admin_append(
+        self, run_id: str, events: list[NewEvent], *, expect: Sequence[RunStatus]
+    ) -> RunInfo:
+        arg = {
+            "events": await self.values.new_events(events),
+            "expect": [s.value for s in expect],
+            "status": RunStatus.SUSPENDED.value,
+            "now": time.time(),
+        }
+        return await self.values.info(await self._update(run_id, "admin_append", arg))
+
+
+def _quote(value: str) -> str:
+    """A visibility-query string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

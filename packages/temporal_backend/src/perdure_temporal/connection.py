@@ -1,0 +1,106 @@
+"""How perdure connects to Temporal, the way Temporal users already configure it.
+
+Settings come, lowest first, from Temporal's own client configuration
+(``temporalio.envconfig``: the profile file ``TEMPORAL_CONFIG_FILE`` or
+``~/.config/temporalio/temporal.toml`` and the ``TEMPORAL_*`` variables such as
+``TEMPORAL_ADDRESS``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*``; ``profile=`` picks the
+profile), then from the URL: its host and namespace, ``tls=true``, ``tls_ca=``,
+``tls_cert=``, ``tls_key=`` (PEM files, for mTLS), ``tls_server_name=``, and
+``api_key_env=`` (the variable holding the API key — a key never goes into a URL, which
+is logged). A payload codec set with ``use_payload_codec`` (e.g. encryption) applies to
+everything perdure sends to Temporal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.envconfig import ClientConfigProfile
+from temporalio.service import TLSConfig
+
+from perdure.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from perdure_temporal.url import TemporalUrl
+
+_codec: PayloadCodec | None = None
+
+
+def use_payload_codec(codec: PayloadCodec | None) -> None:
+    """Encode every payload perdure sends to Temporal with ``codec`` (``None``: none).
+
+    Set it before the backend opens, in every process of the deployment (workers, the
+    CLI through the module ``perdure worker`` imports): history written with a codec is
+    unreadable without it.
+    """
+    global _codec
+    _codec = codec
+
+
+def connect_options(config: TemporalUrl) -> dict[str, Any]:
+    """Keyword arguments of ``Client.connect`` for ``config``."""
+    given = dict(config.connection)
+    try:
+        profile = ClientConfigProfile.load(profile=given.get("profile"))
+    except Exception as exc:  # envconfig raises plain errors for a bad file
+        raise ConfigurationError(
+            f"Temporal client configuration (profile {given.get('profile') or 'default'!r}) "
+            f"cannot be read: {exc}"
+        ) from None
+    options: dict[str, Any] = dict(profile.to_client_connect_config())
+    if config.target:
+        options["target_host"] = config.target
+    if "target_host" not in options:
+        raise ConfigurationError(
+            f"Temporal profile {given.get('profile')!r} names no address; put a host in the URL"
+        )
+    options["namespace"] = config.namespace
+    tls = _tls(given)
+    if tls is not None:
+        options["tls"] = tls
+    env = given.get("api_key_env")
+    if env is not None:
+        key = os.environ.get(env)
+        if not key:
+            raise ConfigurationError(f"Temporal URL: api_key_env={env} but ${env} is not set")
+        options["api_key"] = key
+        options.setdefault("tls", True)
+    if _codec is not None:
+        options["data_converter"] = dataclasses.replace(DataConverter.default, payload_codec=_codec)
+    return options
+
+
+def _tls(given: dict[str, str]) -> TLSConfig | bool | None:
+    files = {
+        name: _read(name, given[name])
+        for name in ("tls_ca", "tls_cert", "tls_key")
+        if name in given
+    }
+    if ("tls_cert" in files) != ("tls_key" in files):
+        raise ConfigurationError("Temporal URL: mTLS needs both tls_cert= and tls_key=")
+    if given.get("tls") in ("false", "0"):
+        if files:
+            raise ConfigurationError("Temporal URL: tls=false with TLS files")
+        return False
+    if not files and "tls_server_name" not in given:
+        return True if given.get("tls") in ("true", "1") else None
+    return TLSConfig(
+        server_root_ca_cert=files.get("tls_ca"),
+        client_cert=files.get("tls_cert"),
+        client_private_key=files.get("tls_key"),
+        domain=given.get("tls_server_name"),
+    )
+
+
+def _read(name: str, path: str) -> bytes:
+    try:
+        return Path(path).expanduser().read_bytes()
+    except OSError as exc:
+        # The path, never the contents: a key file's bytes must not reach a log.
+        raise ConfigurationError(
+            f"Temporal URL: {name}={path} cannot be read ({exc.strerror})"
+        ) from None

@@ -1,0 +1,62 @@
+"""A run's perdure history, read from its workflow's Temporal event history.
+
+The start event comes from the workflow's input; every other event is an argument of
+an ``append`` or ``admin_append`` update that completed. Nothing is asked of a worker,
+so a finished, long or unattended run is read without replaying it, across every
+execution it continued as new into.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import Client
+
+RECORDING_UPDATES = ("append", "admin_append")
+
+
+async def read_history(client: Client, workflow_id: str) -> list[dict[str, Any]]:
+    """A run's history rows, numbered, across the executions it continued as new into."""
+    executions: list[list[dict[str, Any]]] = []
+    execution: str | None = None  # the latest first, then each predecessor
+    while True:
+        rows, execution = await _read_execution(client, workflow_id, execution)
+        executions.append(rows)
+        if execution is None:
+            break
+    out: list[dict[str, Any]] = []
+    for rows in reversed(executions):
+        for row in rows:
+            out.append({**row, "seq": len(out)})
+    return out
+
+
+async def _read_execution(
+    client: Client, workflow_id: str, execution: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The history rows one execution of a run's workflow added, and the execution it
+    continued from (None for the first)."""
+    handle = client.get_workflow_handle(workflow_id, run_id=execution)
+    convert = client.data_converter
+    rows: list[dict[str, Any]] = []
+    previous: str | None = None
+    accepted: dict[str, tuple[list[dict[str, Any]], float]] = {}
+    async for event in handle.fetch_history_events():
+        if event.HasField("workflow_execution_started_event_attributes"):
+            attrs = event.workflow_execution_started_event_attributes
+            previous = attrs.continued_execution_run_id or None
+            [start] = await convert.decode(attrs.input.payloads)
+            if start.get("event") is not None:
+                rows.append(start["event"])
+        elif event.HasField("workflow_execution_update_accepted_event_attributes"):
+            update = event.workflow_execution_update_accepted_event_attributes.accepted_request
+            if update.input.name in RECORDING_UPDATES:
+                [arg] = await convert.decode(update.input.args.payloads)
+                accepted[update.meta.update_id] = (arg["events"], float(arg["now"]))
+        elif event.HasField("workflow_execution_update_completed_event_attributes"):
+            done = event.workflow_execution_update_completed_event_attributes
+            appended = accepted.pop(done.meta.update_id, None)
+            if appended is not None and done.outcome.HasField("success"):
+                events, at = appended
+                rows.extend({**ev, "at": at} for ev in events)
+    return rows, previous

@@ -1,0 +1,359 @@
+"""``perdure.run``: the Temporal workflow that schedules, times and recovers one run.
+
+The workflow is a small supervisor. It schedules a ``perdure.drive`` activity (see
+``drive.py``), which runs perdure's replay engine, unchanged, on any worker of the task
+queue; the drive records each step as one ``append`` update to this workflow, fenced by
+the drive attempt that ``begin`` admitted, so a stale attempt (a worker that lost its
+heartbeat but still runs) is refused before anything reaches the history. When the
+drive stops because the run waits — for a signal, a deadline, a durable sleep — the
+workflow waits with a Temporal timer and ``workflow.wait_condition`` on its signal
+inbox, then schedules the next drive; when the run ends, the workflow completes with
+the run's record. Temporal retries a drive whose worker died (heartbeat timeout) on
+any other worker: there are no perdure leases, renewals or polling on this backend.
+
+Signals are Temporal signals (any name: ``temporal workflow signal --name approval``
+works); cancel, resume and reconcile are updates whose validators refuse a run in the
+wrong state. The record is mirrored into the workflow's memo and search attributes
+(``PerdureStatus``, ``PerdureWorkflow``) whenever its status changes, so reads and
+listings go to visibility and ``describe``, never to a worker.
+
+Event data, input and results travel as JSON text (or references to payloads stored
+aside): the workflow never parses them. It imports only the standard library and
+``temporalio`` and reads time only through ``workflow.now()``, so it is deterministic
+and runs without the sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
+
+WORKFLOW_TYPE = "perdure.run"
+DRIVE_ACTIVITY = "perdure.drive"
+
+#: Search attributes (``perdure temporal setup`` or the dev server create them).
+STATUS = SearchAttributeKey.for_keyword("PerdureStatus")
+WORKFLOW = SearchAttributeKey.for_keyword("PerdureWorkflow")
+SEARCH_ATTRIBUTES = (STATUS, WORKFLOW)
+#: The memo key holding the run's record.
+MEMO = "perdure"
+INPUT_MEMO = "perdure_input"
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+#: Error types a refused update carries (``ApplicationError.type``).
+STALE_DRIVE = "PerdureStaleDrive"
+INVALID_STATE = "PerdureInvalidRunState"
+
+#: History events after which a run continues as new between two drives.
+HISTORY_LIMIT = 8_000
+
+#: How long a workflow task may take before Temporal hands it to another worker. Ours
+#: are tiny, but on a loaded machine a worker may not get the CPU for seconds; a task
+#: that times out leaves the workflow "in failed state" until it is retried.
+TASK_TIMEOUT = timedelta(seconds=10)
+
+#: Drives are retried forever (a drive fails only for a transient reason: user code's
+#: failures are the run's, recorded by the drive itself), backing off to this.
+DRIVE_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+)
+
+
+@workflow.defn(name=WORKFLOW_TYPE)
+class PerdureRun:
+    """One run: its record, inbox and drive fence; changed only by the handlers below."""
+
+    @workflow.init
+    def __init__(self, start: dict[str, Any]) -> None:
+        self.run: dict[str, Any] = dict(start["run"])
+        carried: dict[str, Any] = start.get("carried") or {}
+        self.next_seq = int(carried.get("next_seq", 1))
+        self.signals: list[dict[str, Any]] = list(carried.get("signals", []))
+        self.next_signal_id = int(carried.get("next_signal_id", 1))
+        self.drives = int(carried.get("drives", 0))
+        #: The (drive, attempt) that ``begin`` last admitted.
+        self.admitted: tuple[int, int] = (0, 0)
+        self.config: dict[str, Any] = dict(start["config"])
+        self.due = bool(carried.get("due", True))
+        self._shown: tuple[str, bool] | None = None
+
+    @workflow.run
+    async def main(self, start: dict[str, Any]) -> dict[str, Any]:
+        self._publish()
+        while True:
+            try:
+                if self.run["status"] in TERMINAL:
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    return self.run
+                if self._too_long():
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    workflow.continue_as_new(self._carry())
+                if self.due:
+                    await self._drive()
+                else:
+                    await self._wait()
+            except asyncio.CancelledError:
+                # `temporal workflow cancel` is a perdure cancellation: the next drive
+                # (or the one running, at its next write) compensates and ends it.
+                self._cancel(workflow.now().timestamp())
+
+    # -- scheduling -----------------------------------------------------------------------
+
+    async def _drive(self) -> None:
+        self.due = False
+        self.drives += 1
+        if self.run["status"] not in ("running",):
+            self.run["status"] = "running"
+            self._publish()
+        cfg = self.config
+        handle = workflow.start_activity(
+            DRIVE_ACTIVITY,
+            {"run_id": self.run["run_id"], "drive": self.drives},
+            task_queue=cfg["task_queue"],
+            start_to_close_timeout=timedelta(seconds=float(cfg["drive_timeout"])),
+            heartbeat_timeout=timedelta(seconds=float(cfg["heartbeat_timeout"])),
+            retry_policy=DRIVE_RETRY,
+            summary=f"drive {self.drives} of {self.run['workflow']}",
+        )
+        # Wait on the handle's completion, not the handle: a workflow cancellation
+        # then lands here (and is recorded) without cancelling the drive itself.
+        while not handle.done():
+            try:
+                await workflow.wait_condition(handle.done)
+            except asyncio.CancelledError:
+                self._cancel(workflow.now().timestamp())
+        try:
+            outcome: dict[str, Any] = handle.result()
+        except ActivityError as exc:
+            self._park({"reason": "drive-failed", "message": str(exc.cause or exc)})
+            return
+        if outcome.get("again"):  # the drive stopped early (history full, drain)
+            self.due = True
+        elif self.run["status"] == "running":
+            # The drive returned without a final record (a stale attempt): drive again.
+            self.due = True
+
+    async def _wait(self) -> None:
+        run = self.run
+        if run["status"] == "suspended" and self._woken():
+            self.due = True
+            return
+        timeout: float | None = None
+        if run["status"] == "suspended" and run["wake_at"] is not None:
+            timeout = max(float(run["wake_at"]) - workflow.now().timestamp(), 0.0)
+        try:
+            await workflow.wait_condition(
+                lambda: self.due or self._woken() or self._too_long(),
+                timeout=None if timeout is None else timedelta(seconds=timeout),
+            )
+        except TimeoutError:
+            pass
+        if run["status"] == "suspended" and (self._woken() or self._timer_fired()):
+            self.due = True
+
+    def _woken(self) -> bool:
+        run = self.run
+        return bool(run["waiting_for"]) and self._next_signal(run["waiting_for"]) is not None
+
+    def _timer_fired(self) -> bool:
+        wake_at = self.run["wake_at"]
+        return wake_at is not None and float(wake_at) <= workflow.now().timestamp()
+
+    def _too_long(self) -> bool:
+        limit = int(self.config.get("history_limit") or HISTORY_LIMIT)
+        return workflow.info().get_current_history_length() >= limit
+
+    def _carry(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "event": None,
+            "config": self.config,
+            "carried": {
+                "next_seq": self.next_seq,
+                "signals": [s for s in self.signals if not s["consumed"]],
+                "next_signal_id": self.next_signal_id,
+                "drives": self.drives,
+                "due": self.due,
+            },
+        }
+
+    # -- reading --------------------------------------------------------------------------
+
+    @workflow.query
+    def info(self) -> dict[str, Any]:
+        return self.run
+
+    # -- the drive's writes (fenced) ------------------------------------------------------
+
+    @workflow.update
+    def begin(self, arg: dict[str, Any]) -> dict[str, Any]:
+        """Admit drive attempt ``(drive, attempt)``: every earlier attempt is fenced out."""
+        self.admitted = (int(arg["drive"]), int(arg["attempt"]))
+        self.run["fence"] += 1
+        return {
+            "run": self.run,
+            "fence": self.run["fence"],
+            "next_seq": self.next_seq,
+            "signals": [s for s in self.signals if not s["consumed"]],
+        }
+
+    @begin.validator
+    def _check_begin(self, arg: dict[str, Any]) -> None:
+        attempt = (int(arg["drive"]), int(arg["attempt"]))
+        if attempt[0] != self.drives or attempt <= self.admitted:
+            raise ApplicationError(
+                f"run {self.run['run_id']!r}: drive {attempt} is stale "
+                f"(drive {self.drives}, admitted {self.admitted})",
+                type=STALE_DRIVE,
+                non_retryable=True,
+            )
+        if self.run["status"] in TERMINAL:
+            raise ApplicationError(
+                f"run {self.run['run_id']!r} is {self.run['status']}",
+                type=INVALID_STATE,
+                non_retryable=True,
+            )
+
+    @workflow.update
+    def append(self, arg: dict[str, Any]) -> dict[str, Any]:
+        run = self.run
+        now = float(arg["now"])
+        self.next_seq += len(arg["events"])
+        consume = arg.get("consume_signal")
+        if consume is not None:
+            for s in self.signals:
+                if s["signal_id"] == consume:
+                    s["consumed"] = True
+        run["updated_at"] = now
+        update = arg.get("update")
+        if update is not None:
+            run.update(
+                status=update["status"],
+                result=update.get("result"),
+                result_ref=update.get("result_ref"),
+                error=update.get("error"),
+                waiting_for=update.get("waiting_for"),
+                wake_at=update.get("wake_at"),
+                attention=update.get("attention"),
+            )
+            self._publish()
+        return {
+            "next_seq": self.next_seq,
+            "cancel_requested": run["cancel_requested"],
+            "history_full": self._too_long(),
+        }
+
+    @append.validator
+    def _check_fence(self, arg: dict[str, Any]) -> None:
+        if self.run["fence"] != arg["fence"]:
+            raise ApplicationError(
+                f"run {self.run['run_id']!r}: drive with fence {arg['fence']} was "
+                f"superseded (fence now {self.run['fence']})",
+                type=STALE_DRIVE,
+                non_retryable=True,
+            )
+
+    # -- everyone else's writes ----------------------------------------------------------
+
+    @workflow.signal(dynamic=True)
+    def deliver(self, name: str, args: Sequence[RawValue]) -> None:
+        """Any signal is an inbox entry: ``args`` are its payload (JSON value) and, when
+        perdure sends it, who sent it and the payload stored aside."""
+        convert = workflow.payload_converter()
+        payload = convert.from_payload(args[0].payload) if args else None
+        meta: dict[str, Any] = convert.from_payload(args[1].payload) if len(args) > 1 else {}
+        self.signals.append(
+            {
+                "signal_id": self.next_signal_id,
+                "name": name,
+                "payload": payload,
+                "payload_ref": meta.get("payload_ref"),
+                "sent_by": meta.get("sent_by"),
+                "sent_at": float(meta.get("sent_at") or workflow.now().timestamp()),
+                "consumed": False,
+            }
+        )
+        self.next_signal_id += 1
+
+    @workflow.update
+    def request_cancel(self, arg: dict[str, Any]) -> dict[str, Any]:
+        self._cancel(float(arg["now"]))
+        return self.run
+
+    @request_cancel.validator
+    def _check_cancel(self, arg: dict[str, Any]) -> None:
+        if self.run["status"] in TERMINAL:
+            raise ApplicationError(
+                f"run {self.run['run_id']!r} is already {self.run['status']}",
+                type=INVALID_STATE,
+                non_retryable=True,
+            )
+
+    @workflow.update
+    def admin_append(self, arg: dict[str, Any]) -> dict[str, Any]:
+        run = self.run
+        now = float(arg["now"])
+        self.next_seq += len(arg["events"])
+        run.update(status=arg["status"], attention=None, wake_at=now, updated_at=now)
+        self.due = True
+        self._publish()
+        return run
+
+    @admin_append.validator
+    def _check_expected(self, arg: dict[str, Any]) -> None:
+        if self.run["status"] not in arg["expect"]:
+            raise ApplicationError(
+                f"run {self.run['run_id']!r} is {self.run['status']}; expected "
+                + " or ".join(arg["expect"]),
+                type=INVALID_STATE,
+                non_retryable=True,
+            )
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _next_signal(self, name: str) -> dict[str, Any] | None:
+        for s in self.signals:
+            if s["name"] == name and not s["consumed"]:
+                return s
+        return None
+
+    def _cancel(self, now: float) -> None:
+        run = self.run
+        if run["status"] in TERMINAL or run["cancel_requested"]:
+            return
+        run["cancel_requested"] = True
+        run["updated_at"] = now
+        # The drive running now sees it at its next write; otherwise drive once more.
+        self.due = True
+        self._publish()
+
+    def _park(self, attention: dict[str, Any]) -> None:
+        self.run.update(status="needs-attention", attention=attention)
+        self._publish()
+
+    def _publish(self) -> None:
+        """Mirror the record into memo and search attributes when its status changed."""
+        shown = (self.run["status"], bool(self.run["cancel_requested"]))
+        if shown == self._shown:
+            return
+        first = self._shown is None
+        self._shown = shown
+        updates = [STATUS.value_set(shown[0])]
+        if first:  # also after a continue-as-new
+            updates.append(WORKFLOW.value_set(self.run["workflow"]))
+        workflow.upsert_search_attributes(updates)
+        workflow.upsert_memo({MEMO: {k: v for k, v in self.run.items() if k != "input"}})
+
+
+def initial_memo(run: dict[str, Any]) -> dict[str, Any]:
+    """The memo a run's workflow starts with (its input is only in this one)."""
+    return {MEMO: {k: v for k, v in run.items() if k != "input"}, INPUT_MEMO: run["input"]}

@@ -1,0 +1,61 @@
+"""Temporal recovers a run itself: a drive whose process was SIGKILLed is a heartbeat
+timeout, and Temporal retries it on another worker of the task queue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from temporalio.api.enums.v1 import TimeoutType
+from temporalio.client import Client
+
+from perdure import RunStatus
+from perdure.registry import open_backend
+from perdure.testing import Processes, Receiver
+from perdure_temporal import TemporalUrl
+from perdure_temporal.testing import fresh_url
+
+CONFORMANCE = Path(__file__).parent.parent / "conformance"
+
+
+async def test_a_sigkilled_drive_is_finished_by_a_worker_of_another_identity(
+    tmp_path: Path,
+) -> None:
+    url = fresh_url(tmp_path, heartbeat_timeout=3)
+    config = TemporalUrl.parse(url)
+    backend = open_backend(url)
+    await backend.open()
+    with Receiver() as receiver:
+        procs = Processes(
+            url, env={"PERDURE_TEST_RECEIVER": receiver.url}, pythonpath=[CONFORMANCE]
+        )
+        try:
+            hold = receiver.hold("charge", "before")
+            driver = procs.drive("scenarios", "refund", "42", run_id="cross-host")
+            receiver.wait_held(hold)
+            driver.kill()
+            hold.drop()
+            worker = procs.worker("scenarios")
+
+            info = await backend.wait("cross-host", timeout=120, drive=False)
+            assert info.status is RunStatus.SUCCEEDED
+            assert receiver.applied["lookup"] == 1  # recorded before the kill: replayed
+            assert receiver.applied["charge"] == 1
+            assert receiver.applied["email"] == 1
+
+            client = await Client.connect(config.target, namespace=config.namespace)
+            handle = client.get_workflow_handle(f"{config.id_prefix}cross-host")
+            started = [
+                e.activity_task_started_event_attributes
+                async for e in handle.fetch_history_events()
+                if e.HasField("activity_task_started_event_attributes")
+            ]
+            first = started[0]  # the drive the killed process had begun
+            assert first.attempt >= 2
+            assert first.identity.startswith(f"{worker.pid}@")
+            assert not first.identity.startswith(f"{driver.pid}@")
+            assert first.last_failure.timeout_failure_info.timeout_type == (
+                TimeoutType.TIMEOUT_TYPE_HEARTBEAT
+            )
+        finally:
+            procs.close()
+            await backend.close()
