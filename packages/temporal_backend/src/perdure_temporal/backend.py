@@ -149,7 +149,13 @@ class TemporalBackend(Backend):
         await self.open()
         if self._drives is None:
             drives = Drives(self.url, self.client, self.values)
-            worker = drive_worker(self.client, self.config.task_queue, drives, concurrency)
+            worker = drive_worker(
+                self.client,
+                self.config.task_queue,
+                drives,
+                concurrency,
+                self.config.heartbeat_timeout,
+            )
             self._drives, self._drive_worker = drives, worker
             self._drive_task = asyncio.get_running_loop().create_task(
                 worker.run(), name=f"perdure-drives-{self.config.task_queue}"
@@ -408,27 +414,19 @@ class TemporalBackend(Backend):
     async def signal(
         self, run_id: str, name: str, payload: Any = None, *, by: str | None = None
     ) -> None:
+        """An acknowledged signal (an update of the run's workflow): once this returns,
+        the run's record shows it due. ``temporal workflow signal`` works as well."""
         await self.open()
-        info = await self.get_run(run_id)
-        if info.status.value in TERMINAL:
-            raise InvalidRunStateError(
-                f"run {run_id!r} is {info.status.value}; it takes no signals"
-            )
         data = to_jsonable(payload, f"payload of signal {name!r} to run {run_id!r}")
-        text, ref = await self.values.pack(data)
-        meta = {"sent_by": by, "sent_at": time.time(), "payload_ref": ref}
-        try:
-            await ride_out(
-                f"signal {name!r} to run {run_id!r}",
-                lambda: self._handle(run_id).signal(
-                    name, args=[data if ref is None else None, meta]
-                ),
-            )
-        except RPCError as exc:
-            if exc.status is RPCStatusCode.NOT_FOUND:
-                raise await self._absent(run_id) from None
-            raise BackendUnavailableError(f"signal to run {run_id!r}: {exc}") from exc
-        del text
+        _, ref = await self.values.pack(data)
+        arg = {
+            "name": name,
+            "payload": data if ref is None else None,
+            "payload_ref": ref,
+            "sent_by": by,
+            "sent_at": time.time(),
+        }
+        await self._update(run_id, "deliver", arg)
 
     async def cancel(self, run_id: str) -> RunInfo:
         await self.open()

@@ -265,24 +265,48 @@ class PerdureRun:
     # -- everyone else's writes ----------------------------------------------------------
 
     @workflow.signal(dynamic=True)
-    def deliver(self, name: str, args: Sequence[RawValue]) -> None:
-        """Any signal is an inbox entry: ``args`` are its payload (JSON value) and, when
-        perdure sends it, who sent it and the payload stored aside."""
+    def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """Any Temporal signal is an inbox entry (``temporal workflow signal --name
+        approval --input '{"approved": true}'``): its first argument is the payload."""
         convert = workflow.payload_converter()
         payload = convert.from_payload(args[0].payload) if args else None
         meta: dict[str, Any] = convert.from_payload(args[1].payload) if len(args) > 1 else {}
-        self.signals.append(
-            {
-                "signal_id": self.next_signal_id,
-                "name": name,
-                "payload": payload,
-                "payload_ref": meta.get("payload_ref"),
-                "sent_by": meta.get("sent_by"),
-                "sent_at": float(meta.get("sent_at") or workflow.now().timestamp()),
-                "consumed": False,
-            }
-        )
+        self._receive(name, payload, meta)
+
+    @workflow.update
+    def deliver(self, arg: dict[str, Any]) -> dict[str, Any]:
+        """perdure's own signal: like a Temporal signal, but acknowledged once the run's
+        record says it is due, and refused when the run has ended."""
+        return self._receive(arg["name"], arg.get("payload"), arg)
+
+    @deliver.validator
+    def _check_deliver(self, arg: dict[str, Any]) -> None:
+        if self.run["status"] in TERMINAL:
+            raise ApplicationError(
+                f"run {self.run['run_id']!r} is {self.run['status']}; it takes no signals",
+                type=INVALID_STATE,
+                non_retryable=True,
+            )
+
+    def _receive(self, name: str, payload: Any, meta: dict[str, Any]) -> dict[str, Any]:
+        record = {
+            "signal_id": self.next_signal_id,
+            "name": name,
+            "payload": payload,
+            "payload_ref": meta.get("payload_ref"),
+            "sent_by": meta.get("sent_by"),
+            "sent_at": float(meta.get("sent_at") or workflow.now().timestamp()),
+            "consumed": False,
+        }
+        self.signals.append(record)
         self.next_signal_id += 1
+        run = self.run
+        if run["status"] == "suspended" and run["waiting_for"] == name:
+            # Due now: the record says so at once, before the next drive starts.
+            run["wake_at"] = record["sent_at"]
+            self.due = True
+            self._publish(force=True)
+        return record
 
     @workflow.update
     def request_cancel(self, arg: dict[str, Any]) -> dict[str, Any]:
@@ -340,10 +364,10 @@ class PerdureRun:
         self.run.update(status="needs-attention", attention=attention)
         self._publish()
 
-    def _publish(self) -> None:
+    def _publish(self, *, force: bool = False) -> None:
         """Mirror the record into memo and search attributes when its status changed."""
         shown = (self.run["status"], bool(self.run["cancel_requested"]))
-        if shown == self._shown:
+        if shown == self._shown and not force:
             return
         first = self._shown is None
         self._shown = shown
