@@ -39,3 +39,16 @@ async def long(steps: int) -> Any:
     for i in range(steps):
         await note(f"b{i}")
     return decision
+
+
+@perdure.effect()  # the receiver cannot dedupe: intent before action
+def mail(receiver: str) -> str:
+    from perdure.testing.receivers import post
+
+    return str(post(f"{receiver}/plain/mail", {"to": "ann"}, key=perdure.idempotency_key())["id"])
+
+
+@perdure.workflow(name="temporal_mail_then_wait")
+async def mail_then_wait(receiver: str) -> Any:
+    await mail(receiver)
+    return await perdure.wait_for_signal(perdure.APPROVAL)

@@ -3,9 +3,12 @@ timeout, and Temporal retries it on another worker of the task queue."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import TimeoutType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client
 
 from perdure import RunStatus
@@ -59,3 +62,48 @@ async def test_a_sigkilled_drive_is_finished_by_a_worker_of_another_identity(
         finally:
             procs.close()
             await backend.close()
+
+
+async def test_a_temporal_reset_past_an_intent_parks_the_run_instead_of_resending(
+    tmp_path: Path,
+) -> None:
+    import temporal_flows
+
+    url = fresh_url(tmp_path)
+    config = TemporalUrl.parse(url)
+    backend = open_backend(url)
+    await backend.open()
+    try:
+        with Receiver() as receiver:
+            await backend.start(temporal_flows.mail_then_wait, (receiver.url,), {}, run_id="reset")
+            await backend.idle()
+            assert (await backend.get_run("reset")).status is RunStatus.SUSPENDED
+            assert receiver.requests["mail"] == 1
+
+            # An operator resets the workflow to its first workflow task: before the
+            # drive recorded the mail's intent, let alone its outcome.
+            client = await Client.connect(config.target, namespace=config.namespace)
+            wid = f"{config.id_prefix}reset"
+            tasks = [
+                e.event_id
+                async for e in client.get_workflow_handle(wid).fetch_history_events()
+                if e.HasField("workflow_task_completed_event_attributes")
+            ]
+            await client.workflow_service.reset_workflow_execution(
+                ResetWorkflowExecutionRequest(
+                    namespace=config.namespace,
+                    workflow_execution=WorkflowExecution(workflow_id=wid),
+                    reason="test: reset past an intent",
+                    workflow_task_finish_event_id=tasks[0],
+                    request_id=uuid.uuid4().hex,
+                )
+            )
+
+            info = await backend.wait("reset", timeout=60)
+            assert info.status is RunStatus.NEEDS_ATTENTION
+            assert info.attention is not None
+            assert info.attention["reason"] == "unknown-outcome"
+            assert info.attention["step_key"] == "1:mail"
+            assert receiver.requests["mail"] == 1  # never sent again blindly
+    finally:
+        await backend.close()

@@ -54,7 +54,9 @@ async def _history_bytes(url: str, run_id: str) -> int:
         ("temporal:///default", "no host"),
         ("temporal://h:7233/default?task_queue=a'b", "bad task_queue"),
         ("temporal://h:7233/default?payload_threshold=-1", "payload_threshold"),
-        ("temporal://h:7233/default?tls=1", "unknown parameter"),
+        ("temporal://h:7233/default?tls_version=1", "unknown parameter"),
+        ("temporal://h:7233/default?tls=maybe", "tls must be"),
+        ("temporal://h:7233/default?heartbeat_timeout=-1", "heartbeat_timeout"),
     ],
 )
 def test_a_bad_temporal_url_is_a_configuration_error_naming_the_part(bad: str, match: str) -> None:

@@ -54,7 +54,7 @@ from perdure_temporal.codec import Values
 from perdure_temporal.drive import Drives
 from perdure_temporal.faults import ride_out
 from perdure_temporal.history import read_history
-from perdure_temporal.payloads import DirectoryPayloads, PayloadStore
+from perdure_temporal.payloads import PayloadStore, open_payloads
 from perdure_temporal.url import TemporalUrl
 from perdure_temporal.worker import WorkflowWorker, drive_worker
 from perdure_temporal.workflow import (
@@ -96,7 +96,7 @@ class TemporalBackend(Backend):
     def __init__(self, url: str, *, payloads: PayloadStore | None = None) -> None:
         self.url = url
         self.config = TemporalUrl.parse(url)
-        self.values = Values(self.config, payloads or DirectoryPayloads(self.config.payloads))
+        self.values = Values(self.config, payloads or open_payloads(self.config))
         self._client: Client | None = None
         self._workflows: WorkflowWorker | None = None
         self._drives: Drives | None = None

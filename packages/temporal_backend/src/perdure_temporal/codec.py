@@ -32,6 +32,26 @@ class Values:
             return text, None
         return None, await asyncio.to_thread(self.payloads.put, data)
 
+    def _fetch(self, refs: Sequence[str]) -> dict[str, bytes | PayloadError]:
+        out: dict[str, bytes | PayloadError] = {}
+        for ref in refs:
+            try:
+                out[ref] = self.payloads.get(ref)
+            except PayloadError as exc:
+                out[ref] = exc
+            except KeyError:
+                pass  # unpack() reports it, naming the event
+        return out
+
+    @staticmethod
+    def decode(raw: bytes, run_id: str, seq: int | None, what: str) -> Any:
+        try:
+            return json.loads(raw.decode())
+        except UnicodeDecodeError as exc:
+            raise CorruptHistoryError(run_id, seq, f"{what} is not UTF-8: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise CorruptHistoryError(run_id, seq, f"{what} is not valid JSON: {exc}") from None
+
     async def unpack(
         self, text: str | None, ref: str | None, run_id: str, seq: int | None, what: str
     ) -> Any:
@@ -71,6 +91,9 @@ class Values:
         return out
 
     async def events(self, run_id: str, rows: Sequence[dict[str, Any]]) -> list[Event]:
+        # Every value stored aside in one trip to a thread, not one per event.
+        refs = [row["data_ref"] for row in rows if row.get("data_ref") is not None]
+        fetched = await asyncio.to_thread(self._fetch, refs) if refs else {}
         out: list[Event] = []
         for row in rows:
             seq = int(row["seq"])
@@ -80,7 +103,14 @@ class Values:
                 raise CorruptHistoryError(
                     run_id, seq, f"unknown event kind {row['kind']!r}"
                 ) from None
-            data = await self.unpack(row.get("data"), row.get("data_ref"), run_id, seq, "data")
+            ref = row.get("data_ref")
+            found = fetched.get(ref) if ref is not None else None
+            if isinstance(found, bytes):
+                data = self.decode(found, run_id, seq, "data")
+            elif isinstance(found, PayloadError):
+                raise CorruptHistoryError(run_id, seq, f"data: {found}")
+            else:
+                data = await self.unpack(row.get("data"), ref, run_id, seq, "data")
             out.append(
                 Event(run_id, seq, kind, float(row["at"]), row["step_key"], row["name"], data)
             )

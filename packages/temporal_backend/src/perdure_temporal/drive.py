@@ -144,8 +144,7 @@ class DriveStore:
         except BackendUnavailableError as exc:
             self.interrupted = exc
             raise LeaseLostError(str(exc)) from None
-        if consume_signal is not None:
-            self._signals = [s for s in self._signals if s["signal_id"] != consume_signal]
+        self._signals = [s for s in res.get("signals", ()) if s["signal_id"] != consume_signal]
         lease.next_seq = int(res["next_seq"])
         lease.cancel_requested = bool(res["cancel_requested"])
         self.last_step = next((e.step_key for e in reversed(events) if e.step_key), self.last_step)
@@ -237,25 +236,23 @@ class Drives:
         return {"status": status.value}
 
     async def _await_drive(self, task: asyncio.Task[Any], store: DriveStore) -> Any:
-        """The drive's result. A worker shutting down lets the drive finish the step in
-        hand and stop at the next boundary (graceful drain); any other cancellation of
-        the activity (its workflow closed or was reset) stops it at once."""
-        while True:
-            try:
-                return await asyncio.shield(task)
-            except asyncio.CancelledError:
-                if task.done():
-                    raise
-                if activity.is_worker_shutdown():
-                    store.stopping = True
-                    continue
+        """The drive's result. A cancellation of the activity (its workflow closed or
+        was reset, or the worker's drain period ran out) stops the drive at once."""
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
-                raise
+            raise
 
     async def _heartbeat(self, store: DriveStore) -> None:
+        """Heartbeat with the last recorded step; when the worker begins to shut down,
+        let the drive finish the step in hand and stop at the next boundary (drain)."""
         period = max(float(self.config.heartbeat_timeout) / 4, 0.2)
         while True:
             activity.heartbeat(store.last_step)
-            await asyncio.sleep(period)
+            if activity.is_worker_shutdown():
+                store.stopping = True
+            await asyncio.sleep(min(period, 0.5) if not store.stopping else period)

@@ -4,12 +4,19 @@ The start event comes from the workflow's input; every other event is an argumen
 an ``append`` or ``admin_append`` update that completed. Nothing is asked of a worker,
 so a finished, long or unattended run is read without replaying it, across every
 execution it continued as new into.
+
+A ``temporal workflow reset`` cuts the history back to an earlier workflow task; what a
+drive recorded after that point is gone from the new execution, but its effects may
+have happened. Every intent the reset cut off is therefore read back from the execution
+it was reset from and kept, at the reset point, so replay meets an intent without an
+outcome and parks the run (``unknown-outcome``) instead of sending the effect again.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from temporalio.api.enums.v1 import WorkflowTaskFailedCause
 from temporalio.client import Client
 
 RECORDING_UPDATES = ("append", "admin_append")
@@ -42,7 +49,12 @@ async def _read_execution(
     previous: str | None = None
     accepted: dict[str, tuple[list[dict[str, Any]], float]] = {}
     async for event in handle.fetch_history_events():
-        if event.HasField("workflow_execution_started_event_attributes"):
+        if event.HasField("workflow_task_failed_event_attributes"):
+            failed = event.workflow_task_failed_event_attributes
+            if failed.cause == WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW:
+                base, _ = await _read_execution(client, workflow_id, failed.base_run_id)
+                rows.extend(_cut_off_intents(base, rows))
+        elif event.HasField("workflow_execution_started_event_attributes"):
             attrs = event.workflow_execution_started_event_attributes
             previous = attrs.continued_execution_run_id or None
             [start] = await convert.decode(attrs.input.payloads)
@@ -60,3 +72,11 @@ async def _read_execution(
                 events, at = appended
                 rows.extend({**ev, "at": at} for ev in events)
     return rows, previous
+
+
+def _cut_off_intents(
+    base: list[dict[str, Any]], kept: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The intents of ``base`` (the execution a reset started from) that the reset cut
+    off: those after the rows both executions share, ``kept``."""
+    return [row for row in base[len(kept) :] if row.get("kind") == "intent"]

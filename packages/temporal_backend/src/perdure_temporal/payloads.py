@@ -17,6 +17,10 @@ import os
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from perdure_temporal.url import TemporalUrl
 
 
 class PayloadError(Exception):
@@ -85,3 +89,13 @@ class DirectoryPayloads(PayloadStore):
 
     def __str__(self) -> str:
         return str(self.root)
+
+
+def open_payloads(config: TemporalUrl) -> PayloadStore:
+    """The payload store a URL's ``payloads=`` names: a ``postgresql://`` URL (shared by
+    every host), else a directory (one host, or a shared filesystem)."""
+    if config.payloads_url is not None:
+        from perdure_temporal.pg_payloads import PostgresPayloads
+
+        return PostgresPayloads(config.payloads_url)
+    return DirectoryPayloads(config.payloads)

@@ -77,6 +77,8 @@ class TemporalUrl:
     #: ``temporalio.envconfig`` profile), ``tls``, ``tls_ca``/``tls_cert``/``tls_key``
     #: (PEM files), ``tls_server_name``, ``api_key_env`` (the variable holding the key).
     connection: tuple[tuple[str, str], ...] = ()
+    #: ``payloads=postgresql://...``: payloads stored aside in PostgreSQL instead.
+    payloads_url: str | None = None
 
     def connect_options(self) -> dict[str, Any]:
         """Keyword arguments of ``temporalio.client.Client.connect`` for this URL (TLS
@@ -129,7 +131,11 @@ class TemporalUrl:
                 f"Temporal URL {url!r}: payload_threshold must be a byte count, "
                 f"not {raw_threshold!r}"
             )
-        payloads = Path(query.get("payloads") or DEFAULT_PAYLOADS).expanduser().resolve()
+        raw_payloads = query.get("payloads") or DEFAULT_PAYLOADS
+        payloads_url: str | None = None
+        if raw_payloads.startswith(("postgresql://", "postgres://")):
+            payloads_url, raw_payloads = raw_payloads, DEFAULT_PAYLOADS
+        payloads = Path(raw_payloads).expanduser().resolve()
         raw_limit = query.get("history_limit", str(DEFAULT_HISTORY_LIMIT))
         if not raw_limit.isdigit() or not 20 <= int(raw_limit) <= 40_000:
             raise ConfigurationError(
@@ -149,6 +155,7 @@ class TemporalUrl:
             )
         )
         return cls(
+            payloads_url=payloads_url,
             connection=connection,
             heartbeat_timeout=heartbeat,
             drive_timeout=drive_timeout,

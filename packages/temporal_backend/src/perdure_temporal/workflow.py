@@ -31,7 +31,13 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
+from temporalio.common import (
+    RawValue,
+    RetryPolicy,
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+)
 from temporalio.exceptions import ActivityError, ApplicationError
 
 WORKFLOW_TYPE = "perdure.run"
@@ -96,7 +102,17 @@ class PerdureRun:
                     return self.run
                 if self._too_long():
                     await workflow.wait_condition(workflow.all_handlers_finished)
-                    workflow.continue_as_new(self._carry())
+                    # The record as it is now: Temporal would carry the start's memo.
+                    workflow.continue_as_new(
+                        self._carry(),
+                        memo=initial_memo(self.run),
+                        search_attributes=TypedSearchAttributes(
+                            [
+                                SearchAttributePair(STATUS, self.run["status"]),
+                                SearchAttributePair(WORKFLOW, self.run["workflow"]),
+                            ]
+                        ),
+                    )
                 if self.due:
                     await self._drive()
                 else:
@@ -167,6 +183,12 @@ class PerdureRun:
     def _timer_fired(self) -> bool:
         wake_at = self.run["wake_at"]
         return wake_at is not None and float(wake_at) <= workflow.now().timestamp()
+
+    def _drive_limit(self) -> int:
+        """History events after which a drive stops at its next step so the workflow
+        can continue as new: well past ``history_limit`` (which applies between
+        drives), since each drive re-reads the history, and below Temporal's 51,200."""
+        return min(10 * int(self.config.get("history_limit") or HISTORY_LIMIT), 40_000)
 
     def _too_long(self) -> bool:
         limit = int(self.config.get("history_limit") or HISTORY_LIMIT)
@@ -249,7 +271,9 @@ class PerdureRun:
         return {
             "next_seq": self.next_seq,
             "cancel_requested": run["cancel_requested"],
-            "history_full": self._too_long(),
+            # Signals that arrived while the drive ran: its next wait sees them.
+            "signals": [s for s in self.signals if not s["consumed"]],
+            "history_full": workflow.info().get_current_history_length() >= self._drive_limit(),
         }
 
     @append.validator
