@@ -130,6 +130,16 @@ class TemporalBackend(Backend):
             self._client = client
             self._workflows = workflows
 
+    async def shutdown(self, *, grace: float | None = None) -> None:
+        """Drain: drives stop before their next step (the step in hand records) and the
+        workflow hands the run to the next drive, on another worker; then close."""
+        if self._drives is not None:
+            self._drives.draining = True
+            running = list(self._drives.running.values())
+            if running:
+                await asyncio.wait(running, timeout=30.0 if grace is None else grace)
+        await self.close()
+
     async def close(self) -> None:
         worker, task = self._drive_worker, self._drive_task
         self._drive_worker = self._drive_task = self._drives = None

@@ -7,9 +7,9 @@ unchanged, outside any sandbox — and record each new step as one ``append`` up
 fenced by this attempt. The attempt heartbeats; a worker that dies anywhere is a
 heartbeat timeout, and Temporal runs the next attempt on any worker of the task queue.
 
-A drive never fails for a transient reason: a Temporal state that does not pass within
-the retry budget stops the drive without writing (the engine's "lease lost" path, which
-user code cannot swallow) and the attempt fails, so Temporal retries it.
+A drive never fails the run for a transient reason: a Temporal state that does not pass
+within the retry budget unwinds the drive (the engine's ``SubstrateFault``, which user
+code cannot catch) and fails the attempt, so Temporal retries it on any worker.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from perdure.engine.driver import RunDriver
-from perdure.errors import BackendUnavailableError, LeaseLostError
-from perdure.records import Event, EventKind, NewEvent, RunInfo, SignalRecord
+from perdure.engine.outages import SubstrateFault
+from perdure.errors import Fault, LeaseLostError, classify
+from perdure.records import Event, NewEvent, RunInfo, SignalRecord
 from perdure.store import Lease, RunUpdate
 from perdure.workflow import get_workflow
 from perdure_temporal.codec import Values
-from perdure_temporal.faults import ride_out
+from perdure_temporal.faults import is_transient, ride_out
 from perdure_temporal.history import read_history
 from perdure_temporal.workflow import DRIVE_ACTIVITY, INVALID_STATE, STALE_DRIVE
 
@@ -43,7 +44,7 @@ log = logging.getLogger("perdure.temporal")
 
 
 class _Stop(Exception):
-    """The drive stopped at a step boundary so that another attempt goes on."""
+    """The drive stopped at a step boundary so that the next drive goes on."""
 
 
 class DriveStore:
@@ -64,8 +65,8 @@ class DriveStore:
         self._info = info
         self._rows = rows
         self._signals = signals
-        #: Set when the drive should stop at the next step boundary (history full,
-        #: worker draining): an intent is then not written, a finished step is.
+        #: Set when the drive should stop before its next step (history full, worker
+        #: draining); the step in hand still records.
         self.stopping = False
         #: Why the drive stopped without finishing, if it did.
         self.interrupted: BaseException | None = None
@@ -95,6 +96,16 @@ class DriveStore:
                 )
         return None
 
+    def classify(self, exc: BaseException) -> Fault | None:
+        """Temporal's passing states are transient (the drive fails, Temporal retries
+        it); the rest as perdure classifies them."""
+        return "transient" if is_transient(exc) else classify(exc)
+
+    async def release(self, lease: Lease) -> None:
+        """The drive stopped at a step boundary (drain, history full): the activity
+        returns and the workflow schedules the next drive; nothing to give back."""
+        self.interrupted = _Stop("stopped at a step boundary")
+
     async def append(
         self,
         lease: Lease,
@@ -104,12 +115,6 @@ class DriveStore:
         update: RunUpdate | None = None,
         consume_signal: int | None = None,
     ) -> None:
-        if self.stopping and update is None and events and events[-1].kind is EventKind.INTENT:
-            # Nothing has been sent yet: the next attempt records the intent itself.
-            self.interrupted = _Stop("stopped before an effect")
-            raise LeaseLostError(
-                f"run {self.run_id!r}: drive stopping before {events[-1].step_key}"
-            )
         arg: dict[str, Any] = {
             "fence": lease.fence,
             "now": time.time(),
@@ -141,18 +146,12 @@ class DriveStore:
             if isinstance(cause, ApplicationError) and cause.type in (STALE_DRIVE, INVALID_STATE):
                 raise LeaseLostError(cause.message) from None
             raise
-        except BackendUnavailableError as exc:
-            self.interrupted = exc
-            raise LeaseLostError(str(exc)) from None
         self._signals = [s for s in res.get("signals", ()) if s["signal_id"] != consume_signal]
         lease.next_seq = int(res["next_seq"])
         lease.cancel_requested = bool(res["cancel_requested"])
         self.last_step = next((e.step_key for e in reversed(events) if e.step_key), self.last_step)
         if res.get("history_full"):
-            self.stopping = True
-        if self.stopping and update is None:
-            self.interrupted = _Stop("stopped after a step")
-            raise LeaseLostError(f"run {self.run_id!r}: drive stopping after {self.last_step}")
+            self.stopping = True  # the engine stops before the next step (``draining``)
 
 
 @dataclass
@@ -164,6 +163,11 @@ class _Host:
     lease_seconds: float
     replay_only: bool = False
 
+    @property
+    def draining(self) -> bool:
+        """Stop before the next step: the worker shuts down, or the history is full."""
+        return self.store.stopping or self.store.drives.draining
+
 
 class Drives:
     """The ``perdure.drive`` activity of one process, on that process's event loop."""
@@ -174,6 +178,8 @@ class Drives:
         self.values = values
         self.config = values.config
         self.running: dict[str, asyncio.Task[Any]] = {}
+        #: This process is shutting down: every drive stops before its next step.
+        self.draining = False
 
     def workflow_id(self, run_id: str) -> str:
         return f"{self.config.id_prefix}{run_id}"
@@ -219,6 +225,13 @@ class Drives:
         beat = asyncio.get_running_loop().create_task(self._heartbeat(store))
         try:
             status = await self._await_drive(task, store)
+        except SubstrateFault as fault:
+            # Transient (a permanent one parked the run): this attempt fails, Temporal
+            # runs the next after its backoff, on this worker or another.
+            raise ApplicationError(
+                f"drive of run {run_id!r}: Temporal is unavailable: {fault.error}",
+                type="PerdureDriveInterrupted",
+            ) from None
         finally:
             beat.cancel()
             with contextlib.suppress(BaseException):

@@ -22,7 +22,7 @@ from typing import TypeVar
 from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
-from perdure.errors import BackendUnavailableError
+from perdure.errors import BackendUnavailableError, Fault, register_classifier
 
 log = logging.getLogger("perdure.temporal")
 
@@ -57,6 +57,14 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, WorkflowQueryFailedError):
         return any(t in str(exc).lower() for t in _TRANSIENT_TEXT)
     return False
+
+
+def temporal_fault(exc: BaseException) -> Fault | None:
+    """perdure's classifier hook (``perdure.errors.register_classifier``) for Temporal."""
+    return "transient" if is_transient(exc) else None
+
+
+register_classifier(temporal_fault)
 
 
 async def ride_out(
