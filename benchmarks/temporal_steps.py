@@ -464,8 +464,8 @@ async def main(n: int, times: int, turns: int) -> list[Figure]:
                 task_queue=BARE_QUEUE,
                 workflows=[BareSteps, NaiveChat],
                 activities=[bare_tick, bare_model],
-                # Still sandboxed (as perdure's journal is), but this module's imports
-                # (perdure, the Agents SDK) are not re-imported inside the sandbox.
+                # Sandboxed, as bare Temporal users run (perdure's stdlib-only workflow
+                # is not); this module's imports are passed through, not re-imported.
                 workflow_runner=SandboxedWorkflowRunner(
                     restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
                 ),
