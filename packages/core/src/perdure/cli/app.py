@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from perdure.cli import audit as audit_mod
 from perdure.cli import console, ops, replay, runs, worker
 from perdure.cli import demo as demo_mod
 from perdure.cli.common import execute, guard, parse_duration
@@ -356,6 +357,28 @@ def replay_cmd(
         execute(lambda: replay.replay(url, run, limit))
 
     guard(body)
+
+
+@app.command("audit")
+def audit_cmd(
+    targets: Annotated[
+        list[str],
+        typer.Argument(
+            help="MODULE or MODULE:ATTR (dotted names or .py paths) defining the agents or graphs.",
+            show_default=False,
+        ),
+    ],
+    fmt: Annotated[
+        audit_mod.Format,
+        typer.Option("--format", help="A table for people, JSON for CI."),
+    ] = audit_mod.Format.TABLE,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 5 if any tool or node is undeclared.")
+    ] = False,
+) -> None:
+    """List every tool, node and MCP server the agents and graphs can run, with its
+    perdure policy (\\[tool.perdure.tools] in pyproject.toml declares tools you do not own)."""
+    guard(lambda: audit_mod.run_audit(targets, fmt, strict))
 
 
 @app.command("console")

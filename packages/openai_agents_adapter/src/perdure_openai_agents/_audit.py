@@ -1,0 +1,142 @@
+"""``perdure audit`` for the Agents SDK: an agent's tools, agents-as-tools, handoffs and
+MCP servers, with the policy each is recorded under (see ``_wrap.wrap_tool``).
+
+MCP servers list their tools only once connected (a subprocess or the network), so a
+server is reported by itself, plus the tools its static ``tool_filter`` allows and those
+``[tool.perdure.tools]`` declares as ``mcp:SERVER.TOOL``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from agents import Agent, FunctionTool, Handoff
+from agents.mcp import MCPServer
+
+from perdure import locate
+from perdure.audit import Audit, Entry, declaration_of, policy_of, where
+from perdure.context import StepSpec
+from perdure_openai_agents._wrap import _TOOL_SPEC  # pyright: ignore[reportPrivateUsage]
+
+_UNDECLARED_TOOL = "recorded as a step without retry, so a crash mid-call calls it again"
+
+
+def inspect_object(obj: Any, audit: Audit) -> bool:
+    """Report ``obj`` if it is an Agents SDK agent."""
+    if not isinstance(obj, Agent):
+        return False
+    agent = cast(Agent[Any], obj)
+    owner = f"agent {agent.name}"
+    for tool in agent.tools:
+        _tool(tool, owner, audit)
+    for entry in agent.handoffs:
+        _handoff(entry, owner, audit)
+    for server in agent.mcp_servers:
+        _mcp_server(server, owner, audit)
+    return True
+
+
+def _approval(tool: FunctionTool) -> str | None:
+    needs = tool.needs_approval
+    if callable(needs):
+        return "conditional"
+    return "always" if needs else None
+
+
+def _tool(tool: Any, owner: str, audit: Audit) -> None:
+    if not isinstance(tool, FunctionTool):
+        audit.add(
+            Entry(
+                owner,
+                "hosted-tool",
+                str(getattr(tool, "name", type(tool).__name__)),
+                "undeclared",
+                note=f"{type(tool).__name__} runs outside perdure's records",
+            )
+        )
+        return
+    fn = tool.__wrapped__ if hasattr(tool, "__wrapped__") else None
+    defined, location = where(fn) if fn is not None else (None, None)
+    approval = _approval(tool)
+    inner = tool._agent_instance if tool._is_agent_tool else None  # pyright: ignore[reportPrivateUsage]
+    if isinstance(inner, Agent):
+        audit.add(
+            Entry(
+                owner,
+                "agent-tool",
+                tool.name,
+                "container",
+                defined_in=locate.find(inner),
+                approval=approval,
+                note=f"runs agent {inner.name} (its tools are listed under it)",
+            )
+        )
+        audit.visit(inner)
+        return
+    marked: StepSpec | None = tool.__dict__.get(_TOOL_SPEC)
+    spec = marked or declaration_of(fn)
+    audit.add(
+        Entry(
+            owner,
+            "function-tool",
+            tool.name,
+            "undeclared" if spec is None else policy_of(spec),
+            defined_in=defined,
+            location=location,
+            declared_by=None
+            if spec is None
+            else ("durable_tool" if marked is not None else f"@perdure.{spec.kind}"),
+            approval=approval,
+            note=_UNDECLARED_TOOL if spec is None else "",
+        )
+    )
+
+
+def _handoff(entry: Any, owner: str, audit: Audit) -> None:
+    target: Any = entry
+    name = getattr(entry, "name", "?")
+    if isinstance(entry, Handoff):
+        ref = entry._agent_ref  # pyright: ignore[reportPrivateUsage]
+        target = ref() if ref is not None else None
+        name = entry.agent_name
+    audit.add(
+        Entry(
+            owner,
+            "handoff",
+            str(name),
+            "container",
+            defined_in=None if target is None else locate.find(target),
+            note=f"hands off to agent {name} (its tools are listed under it)",
+        )
+    )
+    if isinstance(target, Agent):
+        audit.visit(target)
+
+
+def _mcp_server(server: Any, owner: str, audit: Audit) -> None:
+    name = server.name if isinstance(server, MCPServer) else type(server).__name__
+    prefix = f"mcp:{name}"
+    allowed: list[str] = []
+    static = getattr(server, "tool_filter", None)
+    if isinstance(static, dict):
+        allowed = [str(t) for t in cast(dict[str, Any], static).get("allowed_tool_names") or []]
+    listed = (
+        f"its tool_filter allows only {', '.join(allowed)} (listed below)"
+        if allowed
+        else "its tools are known only once it is connected"
+    )
+    audit.add(
+        Entry(
+            owner,
+            "mcp-server",
+            name,
+            "container" if allowed else "undeclared",
+            key=prefix,
+            defined_in=locate.find(server),
+            note=f"{listed}; perdure does not wrap MCP tool calls: declare them as "
+            f"'{prefix}.TOOL' (or the whole server as '{prefix}') in [tool.perdure.tools]",
+        )
+    )
+    declared = [key.removeprefix(prefix + ".") for key, _ in audit.declared_under(prefix + ".")]
+    for tool in dict.fromkeys([*allowed, *declared]):
+        audit.add(Entry(owner, "mcp-tool", f"{name}.{tool}", "undeclared", key=f"{prefix}.{tool}"))
