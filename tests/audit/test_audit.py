@@ -141,8 +141,11 @@ def test_bad_declaration_is_a_configuration_error(tmp_path: Path) -> None:
     assert "'lookup_order' = 'safe'" in result.stderr and "pyproject.toml" in result.stderr
 
 
-def test_an_object_that_is_no_agent_is_a_usage_error() -> None:
+def test_an_object_that_is_no_agent_is_a_configuration_error() -> None:
     result = audit("perdure_openai_agents.demo_agent:INSTRUCTIONS")
     assert result.exit_code == 6
     assert "neither an agent nor a compiled graph" in result.stderr
+
+
+def test_a_missing_attribute_is_a_usage_error() -> None:
     assert audit("perdure_openai_agents.demo_agent:nope").exit_code == 2
