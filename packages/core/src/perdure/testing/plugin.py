@@ -7,6 +7,14 @@ function ``(tmp_path) -> contextmanager[str]`` yielding a fresh URL. Under the g
 ``perdure.test_corrupters`` (same name) it registers a corrupter: a function
 ``(url, run_id, seq) -> None`` that overwrites the stored record of history event (or
 step) ``seq`` of ``run_id`` with bytes that are not JSON, behind the store's back.
+
+Two markers shape the columns of one test:
+
+* ``@pytest.mark.perdure_memory`` — the test never leaves its process, so it also runs
+  on ``memory``, the embedded engine on an in-memory store: a fast extra column.
+* ``@pytest.mark.perdure_not_on("dbos+sqlite", ..., reason="...")`` — keeps the test off
+  the columns named, saying why (a column that cannot express the scenario, or a known
+  drift of that backend being fixed). It is collected on every other column.
 """
 
 from __future__ import annotations
@@ -56,7 +64,40 @@ def postgresql_url(tmp_path: Path) -> Generator[str]:
             )
 
 
-BUILTIN: dict[str, StoreFactory] = {"sqlite": sqlite_url, "postgresql": postgresql_url}
+#: In-memory stores of the ``memory`` column by URL: every backend opened on one URL
+#: in this process shares its store, as processes share a database.
+_MEMORY: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def memory_url(tmp_path: Path) -> Generator[str]:
+    """A fresh in-memory store (this process only), dropped afterwards."""
+    from perdure.stores.memory import MemoryStore
+
+    url = f"memory://{uuid.uuid4().hex}"
+    _MEMORY[url] = MemoryStore(url)
+    try:
+        yield url
+    finally:
+        _MEMORY.pop(url, None)
+
+
+def open_memory_backend(url: str) -> Any:
+    """``memory://`` URLs (the test column only): the embedded engine on the shared store."""
+    from perdure.engine.backend import EmbeddedBackend
+    from perdure.errors import ConfigurationError
+
+    store = _MEMORY.get(url)
+    if store is None:
+        raise ConfigurationError(f"{url!r} names no in-memory store of this test process")
+    return EmbeddedBackend(store, poll_interval=0.01)
+
+
+BUILTIN: dict[str, StoreFactory] = {
+    "sqlite": sqlite_url,
+    "postgresql": postgresql_url,
+    "memory": memory_url,
+}
 
 NOT_JSON = "{not json"
 
@@ -127,9 +168,34 @@ def store_corrupter(name: str) -> Corrupter:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    from perdure.registry import register_backend
+
+    register_backend("memory", open_memory_backend)
+    config.addinivalue_line(
+        "markers", "perdure_memory: also run on the in-memory column (in-process tests only)"
+    )
+    config.addinivalue_line(
+        "markers", "perdure_not_on(*columns, reason): keep this test off those columns"
+    )
+
+
+def columns_for(node: pytest.Function | pytest.Module | Any) -> list[str]:
+    """The columns a test runs on: ``PERDURE_TEST_STORES``, plus ``memory`` for
+    ``perdure_memory`` tests, minus what ``perdure_not_on`` names."""
+    names = store_names()
+    if node.get_closest_marker("perdure_memory") is not None and "memory" not in names:
+        names = ["memory", *names]
+    for mark in node.iter_markers("perdure_not_on"):
+        if not mark.kwargs.get("reason"):
+            raise pytest.UsageError(f"{node.nodeid}: perdure_not_on needs a reason=")
+        names = [n for n in names if n not in mark.args]
+    return names
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "perdure_store" in metafunc.fixturenames:
-        metafunc.parametrize("perdure_store", store_names(), scope="function")
+        metafunc.parametrize("perdure_store", columns_for(metafunc.definition), scope="function")
 
 
 @pytest.fixture
