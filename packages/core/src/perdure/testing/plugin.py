@@ -15,6 +15,8 @@ Two markers shape the columns of one test:
 * ``@pytest.mark.perdure_not_on("dbos+sqlite", ..., reason="...")`` — keeps the test off
   the columns named, saying why (a column that cannot express the scenario, or a known
   drift of that backend being fixed). It is collected on every other column.
+* ``@pytest.mark.perdure_only("sqlite", "postgresql", reason="...")`` — runs the test
+  on those columns alone (of the ones selected), e.g. SQL written behind a store.
 """
 
 from __future__ import annotations
@@ -178,11 +180,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "perdure_not_on(*columns, reason): keep this test off those columns"
     )
+    config.addinivalue_line(
+        "markers", "perdure_only(*columns, reason): run this test on those columns only"
+    )
 
 
 def columns_for(node: pytest.Function | pytest.Module | Any) -> list[str]:
     """The columns a test runs on: ``PERDURE_TEST_STORES``, plus ``memory`` for
-    ``perdure_memory`` tests, minus what ``perdure_not_on`` names."""
+    ``perdure_memory`` tests, minus what ``perdure_not_on`` names, within what
+    ``perdure_only`` names."""
     names = store_names()
     if node.get_closest_marker("perdure_memory") is not None and "memory" not in names:
         names = ["memory", *names]
@@ -190,6 +196,10 @@ def columns_for(node: pytest.Function | pytest.Module | Any) -> list[str]:
         if not mark.kwargs.get("reason"):
             raise pytest.UsageError(f"{node.nodeid}: perdure_not_on needs a reason=")
         names = [n for n in names if n not in mark.args]
+    for mark in node.iter_markers("perdure_only"):
+        if not mark.kwargs.get("reason"):
+            raise pytest.UsageError(f"{node.nodeid}: perdure_only needs a reason=")
+        names = [n for n in names if n in mark.args]
     return names
 
 
