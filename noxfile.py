@@ -5,6 +5,7 @@ Every session runs inside the one locked uv environment (`.venv`, from `uv.lock`
 
     nox -s ci                 lint, types and tests (the README's test command)
     nox -s langgraph_suite    LangGraph's own tests with PerdureSaver swapped in (slow)
+    nox -s langgraph_oldest   tests/langgraph on the oldest LangGraph we support (in ci)
     nox -s tests -- -k name   extra arguments go to pytest
     PERDURE_TEST_STORES=sqlite nox -s tests
 """
@@ -199,10 +200,28 @@ def langgraph_suite(session: nox.Session) -> None:
         _run(session, "python", str(suite_dir / "paired_counts.py"), str(report), env=env)
 
 
+#: The oldest LangGraph perdure-langgraph supports (its pyproject's lower bound); the
+#: locked one (the newest) is what every other session runs.
+LANGGRAPH_OLDEST = "1.2.20"
+
+
+@nox.session(python=False)
+def langgraph_oldest(session: nox.Session) -> None:
+    """tests/langgraph on SQLite with the oldest supported LangGraph (the crash tests,
+    which the locked version runs on every column, are left out to keep this short)."""
+    env = {"PERDURE_TEST_STORES": "sqlite"}
+    args = session.posargs or ["-n", "2", "-q", "-k", "not sigkill and not survives"]
+    session.run(
+        *UV_RUN, "--with", f"langgraph=={LANGGRAPH_OLDEST}", "pytest", "tests/langgraph",
+        *args, env=env, external=True,
+    )  # fmt: skip
+
+
 @nox.session(python=False)
 def ci(session: nox.Session) -> None:
-    """lint, then types, then tests; all three run, and any failure fails the whole."""
-    for name in ("lint", "types", "tests", "agents_oldest"):
+    """lint, types, tests, then the adapters' tests on the oldest framework releases; all
+    run, and any failure fails the whole."""
+    for name in ("lint", "types", "tests", "agents_oldest", "langgraph_oldest"):
         session.notify(name)
 
 
