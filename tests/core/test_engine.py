@@ -44,6 +44,10 @@ MakeBackend = Callable[[], Backend]
 
 pytestmark = pytest.mark.perdure_memory
 
+#: A durable wait long enough that a loaded machine still sees the run suspended
+#: (it is read back right after the drive stops), short enough to keep tests quick.
+WAIT = 2.0
+
 
 # -- fixtures and helpers ----------------------------------------------------------------
 
@@ -58,16 +62,19 @@ def _fresh_counters_and_registry() -> Iterator[None]:
     ew.reset()
 
 
+DBOS = ("dbos+sqlite", "dbos+postgresql")
 #: Columns without a perdure ``Store``: a test that writes a history through one
 #: (``store``) cannot be expressed there.
-NO_STORE = ("dbos+sqlite", "dbos+postgresql")
-needs_store = pytest.mark.perdure_not_on(*NO_STORE, reason="DBOS keeps no perdure Store")
+NO_STORE = ("dbos+sqlite", "dbos+postgresql", "temporal")
+needs_store = pytest.mark.perdure_not_on(
+    *NO_STORE, reason="DBOS and Temporal are Backends: they keep no perdure Store"
+)
 
 
 def dbos_drift(reason: str) -> pytest.MarkDecorator:
     """Keep a scenario off the DBOS columns while its backend drifts from the shared
     semantics (being rebuilt on ``perdure.semantics``); ``reason`` names the drift."""
-    return pytest.mark.perdure_not_on(*NO_STORE, reason=f"DBOS drift: {reason}")
+    return pytest.mark.perdure_not_on(*DBOS, reason=f"DBOS drift: {reason}")
 
 
 #: DBOS continues a suspended run inside its process (no replay, the code it started
@@ -500,11 +507,11 @@ async def test_wait_for_signal_timeout_suspends_then_raises_signal_timeout_error
     backend: Backend,
 ) -> None:
     started = time.time()
-    handle = await backend.start(ew.timeout_flow, (0.05,), {}, run_id="timeout")
+    handle = await backend.start(ew.timeout_flow, (WAIT,), {}, run_id="timeout")
     info = await settle(backend, "timeout")
     assert info.status is RunStatus.SUSPENDED
     assert info.waiting_for == "never"
-    assert info.wake_at is not None and info.wake_at >= started + 0.05
+    assert info.wake_at is not None and info.wake_at >= started + WAIT
     assert await handle.result() == {"timed_out": "never"}
     assert time.time() >= info.wake_at
     history = await handle.history()
@@ -532,17 +539,17 @@ async def test_durable_sleep_suspends_until_wake_at_then_finishes(
     backend: Backend,
 ) -> None:
     started = time.time()
-    handle = await backend.start(ew.nap_flow, (0.05,), {}, run_id="nap")
+    handle = await backend.start(ew.nap_flow, (WAIT,), {}, run_id="nap")
     info = await settle(backend, "nap")
     assert info.status is RunStatus.SUSPENDED
     assert info.waiting_for is None
-    assert info.wake_at is not None and info.wake_at >= started + 0.05
+    assert info.wake_at is not None and info.wake_at >= started + WAIT
     assert CALLS["finish"] == 0
     assert await handle.result() == "finished:nap"
     assert time.time() >= info.wake_at
     (timer,) = of_kind(await handle.history(), EventKind.TIMER_STARTED)
     assert timer.step_key == "1:sleep"
-    assert timer.data["seconds"] == 0.05 and timer.data["wake_at"] == info.wake_at
+    assert timer.data["seconds"] == WAIT and timer.data["wake_at"] == info.wake_at
 
 
 async def test_sleep_of_zero_seconds_records_a_timer_without_suspending(

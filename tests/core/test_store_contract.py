@@ -1,6 +1,6 @@
 """The storage contract, run against every ``Store``: every column ``PERDURE_TEST_STORES``
-selects whose backend is the embedded engine on a store (SQLite, PostgreSQL, Temporal's
-``TemporalStore``), plus memory, the reference. Tests of SQL rows written behind a
+selects whose backend is the embedded engine on a store (SQLite, PostgreSQL; Temporal and
+DBOS are Backends of their own), plus memory, the reference. Tests of SQL rows written behind a
 store's back run on the SQL columns only.
 
 Time is simulated with explicit ``now=`` values; nothing sleeps.
@@ -46,11 +46,11 @@ def later(seconds: float = 3600.0) -> float:
     return time.time() + seconds
 
 
-#: Every column is a Store under the embedded engine but DBOS's.
+#: Every column is a Store under the embedded engine but DBOS's and Temporal's.
 pytestmark = [
     pytest.mark.perdure_memory,
     pytest.mark.perdure_not_on(
-        "dbos+sqlite", "dbos+postgresql", reason="DBOS is a Backend, not a Store"
+        "dbos+sqlite", "dbos+postgresql", "temporal", reason="a Backend, not a Store"
     ),
 ]
 #: For tests that write SQL rows behind the store's back.
@@ -295,9 +295,6 @@ async def test_claim_due_respects_workflows_limit_and_wake_time(store: Store) ->
     assert (run.status, run.wake_at, run.waiting_for) == (RunStatus.RUNNING, None, None)
 
 
-@pytest.mark.perdure_not_on(
-    "temporal", reason="Temporal drift: claim_due reads lagging visibility, misses due runs"
-)
 async def test_claim_due_never_double_claims(store: Store) -> None:
     leases = [await start(store, "wf-race") for _ in range(24)]
     t = later()
@@ -406,9 +403,6 @@ async def test_terminal_runs_take_no_signals_and_no_cancel(store: Store) -> None
     assert await store.claim_due("w2", LEASE, now=later(), workflows=["wf"], limit=5) == []
 
 
-@pytest.mark.perdure_not_on(
-    "temporal", reason="Temporal drift: next_signal of an unknown run raises RunNotFoundError"
-)
 async def test_next_signal_returns_the_oldest_unconsumed(store: Store) -> None:
     lease = await start(store)
     t = time.time()
