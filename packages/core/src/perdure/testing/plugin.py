@@ -262,3 +262,25 @@ def processes(
         yield procs
     finally:
         procs.close()
+
+
+#: SIGKILLs per column of the chaos scenario in an ordinary test run (CI).
+CHAOS_KILLS = 3
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perdure")
+    group.addoption(
+        "--kills",
+        type=int,
+        default=None,
+        help=f"SIGKILLs per column in the chaos scenarios (default {CHAOS_KILLS}; "
+        "the long soak: nox -s chaos -- --kills 200)",
+    )
+
+
+@pytest.fixture
+def chaos_kills(request: pytest.FixtureRequest) -> int:
+    """How many driving processes the chaos scenario SIGKILLs (``--kills``)."""
+    kills: int | None = request.config.getoption("--kills")
+    return CHAOS_KILLS if kills is None else kills

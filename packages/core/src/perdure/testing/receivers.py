@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,6 +47,8 @@ class Receiver:
         self.requests: Counter[str] = Counter()  # requests received per endpoint name
         self.keys: defaultdict[str, list[str]] = defaultdict(list)  # keys per name, in order
         self.bodies: defaultdict[str, list[Any]] = defaultdict(list)
+        #: (wall-clock time, endpoint name) of every request, in arrival order.
+        self.arrivals: list[tuple[float, str]] = []
         self._answers: dict[tuple[str, str], dict[str, Any]] = {}
         self._failures: Counter[str] = Counter()
         self._holds: dict[str, _Hold] = {}
@@ -95,11 +98,25 @@ class Receiver:
                     f"{name!r} received {self.requests[name]} request(s), expected {count}"
                 )
 
+    def wait_total(self, count: int, timeout: float = 60.0) -> bool:
+        """Block until all endpoints together received ``count`` requests; False on timeout."""
+        with self._arrivals:
+            return self._arrivals.wait_for(lambda: len(self.arrivals) >= count, timeout)
+
+    def wait_settled(self, name: str, timeout: float = 30.0) -> bool:
+        """Block until every request ``/plain/name`` received has been applied: none is
+        half-handled, so the ledger says for sure what happened."""
+        with self._arrivals:
+            return self._arrivals.wait_for(
+                lambda: self.requests[name] == self.applied[name], timeout
+            )
+
     # -- HTTP ----------------------------------------------------------------------
 
     def _handle(self, mode: str, name: str, key: str | None, body: Any) -> tuple[int, Any]:
         with self._lock:
             self.requests[name] += 1
+            self.arrivals.append((time.time(), name))
             self._arrivals.notify_all()
             hold = self._holds.pop(name, None)
         if hold is not None and hold.point == "before":
@@ -115,6 +132,7 @@ class Receiver:
                 status, answer = 200, {**self._answers[(name, key)], "duplicate": True}
             else:
                 self.applied[name] += 1
+                self._arrivals.notify_all()
                 self.keys[name].append(key or "")
                 self.bodies[name].append(body)
                 answer = {"id": f"{name}-{self.applied[name]}", "duplicate": False}
