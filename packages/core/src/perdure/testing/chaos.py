@@ -17,9 +17,11 @@ duplicated effects, runs failed that user code did not fail, runs stuck.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -103,6 +105,10 @@ class Tally:
     wall: float = 0.0
     #: Seconds from the substrate's return to the first step that ran after it.
     resumed_after: float | None = None
+    #: Runs started and not finished when the substrate went away (outage scenarios).
+    in_flight_at_outage: int = 0
+    #: Whether a driving process logged that the store went away (outage scenarios).
+    outage_logged: bool = False
     problems: list[str] = field(default_factory=lambda: [])
 
     def ok(self) -> bool:
@@ -146,13 +152,19 @@ class Chaos:
         self.rng = random.Random(seed)
         self.workers_wanted = workers
         self.workers: list[Process] = []
+        self.every_worker: list[Process] = []
+        self.every_starter: list[Process] = []
         self.starters: dict[str, Process] = {}
 
     def _worker(self) -> None:
-        self.workers.append(self.processes.worker(MODULE))
+        worker = self.processes.worker(MODULE)
+        self.workers.append(worker)
+        self.every_worker.append(worker)
 
     def _starter(self, run_id: str) -> None:
-        self.starters[run_id] = self.processes.drive(MODULE, WORKFLOW, run_id, run_id=run_id)
+        starter = self.processes.drive(MODULE, WORKFLOW, run_id, run_id=run_id)
+        self.starters[run_id] = starter
+        self.every_starter.append(starter)
 
     def _kill_one(self) -> bool:
         live = [p for p in self.workers if p.popen.poll() is None]
@@ -214,7 +226,12 @@ class Chaos:
             if outage_at is not None and arrived >= outage_at:
                 outage_at = None
                 assert outage is not None
+                tally.in_flight_at_outage = len(in_flight)
                 back_at = await outage()
+            for run_id in started:
+                starter = self.starters[run_id]
+                if run_id not in infos and starter.popen.poll() not in (None, 0):
+                    self._starter(run_id)  # it could not reach the substrate: start again
             for run_id, info in infos.items():
                 sender = signals.get(run_id)
                 if sender is not None and sender.popen.poll() not in (None, 0):
@@ -240,8 +257,15 @@ class Chaos:
             after = [t for t, _ in self.receiver.arrivals if t >= back_at]
             tally.resumed_after = round(after[0] - back_at, 3) if after else None
         await self._count(run_ids, tally)
-        for proc in [*self.workers, *self.starters.values()]:
+        for proc in self.starters.values():
             proc.kill()
+        for worker in self.workers:
+            worker.terminate()  # a graceful stop: it drains and exits
+        for proc in [*self.every_worker, *self.every_starter]:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(60)
+            # rich wraps log lines to the console's width: compare without line breaks
+            tally.outage_logged |= "is unavailable" in " ".join(proc.output().split())
         return tally
 
     async def _infos(self, run_ids: list[str]) -> dict[str, RunInfo]:
@@ -271,13 +295,17 @@ class Chaos:
         keys = self.receiver.keys["email"]
         tally.needs_attention += 1
         done.add((info.run_id, step_key))
-        if key in keys:
-            result = f"email-{keys.index(key) + 1}"
-            await self.backend.reconcile(
-                info.run_id, step_key, "succeeded", result=result, by="chaos"
-            )
-        else:
-            await self.backend.reconcile(info.run_id, step_key, "retry", by="chaos")
+        try:
+            if key in keys:
+                result = f"email-{keys.index(key) + 1}"
+                await self.backend.reconcile(
+                    info.run_id, step_key, "succeeded", result=result, by="chaos"
+                )
+            else:
+                await self.backend.reconcile(info.run_id, step_key, "retry", by="chaos")
+        except perdure.BackendUnavailableError:
+            tally.needs_attention -= 1
+            done.discard((info.run_id, step_key))  # the substrate is away: again later
 
     async def _count(self, run_ids: list[str], tally: Tally) -> None:
         charges = Counter(k.partition(":")[0] for k in self.receiver.keys["charge"])
