@@ -123,6 +123,41 @@ def tests_dbos(session: nox.Session) -> None:
 
 
 @nox.session(python=False)
+def chaos(session: nox.Session) -> None:
+    """The long chaos soak: `nox -s chaos -- --kills 200` SIGKILLs that many driving
+    processes per column (PERDURE_TEST_STORES, default every column) and restarts each
+    substrate mid-run, then prints one table (runs, kills, lost, duplicates, ...)."""
+    stores = os.environ.get("PERDURE_TEST_STORES", DEFAULT_STORES)
+    report = ROOT / ".nox-chaos.jsonl"
+    report.unlink(missing_ok=True)
+    env = {
+        "PERDURE_TEST_STORES": stores,
+        "PERDURE_CHAOS_REPORT": str(report),
+        "PERDURE_TEST_POSTGRES_URL": os.environ.get(
+            "PERDURE_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL
+        ),
+    }
+    scenarios = ["tests/conformance/test_chaos.py", "tests/conformance/test_substrate_restarts.py"]
+    with contextlib.ExitStack() as stack:
+        if "temporal" in stores.split(",") and not os.environ.get("PERDURE_TEST_TEMPORAL"):
+            env["PERDURE_TEST_TEMPORAL"] = stack.enter_context(_temporal_dev_server(session))
+        try:
+            _run(
+                session,
+                "pytest",
+                *scenarios,
+                "--timeout",
+                "0",
+                "-q",
+                *session.posargs,
+                env=env,
+            )
+        finally:
+            if report.exists():
+                _run(session, "python", "-m", "perdure.testing.chaos", "report", str(report))
+
+
+@nox.session(python=False)
 def bench(session: nox.Session) -> None:
     """The side-by-side benchmarks (python -m benchmarks): writes benchmarks/RESULTS.md.
     `nox -s bench -- --quick` for a smoke run with small counts."""

@@ -25,12 +25,20 @@ import pytest
 from perdure.registry import open_backend
 from perdure.testing import Processes, Receiver
 from perdure.testing.chaos import Chaos, Outage, Tally
+from perdure.testing.plugin import store_names
 
 #: How long the PostgreSQL and Temporal outages last: the fault itself, not a wait.
 OUTAGE_SECONDS = 2.0
 #: The SQLite store waits this long for a lock before a write fails (PRAGMA busy_timeout).
 SQLITE_BUSY_SECONDS = 10.0
 RUNS = 2
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each scenario runs on its column when PERDURE_TEST_STORES selects it."""
+    marker = metafunc.definition.get_closest_marker("restarts")
+    if marker is not None and "column" in metafunc.fixturenames:
+        metafunc.parametrize("column", [c for c in store_names() if c == marker.args[0]])
 
 
 def free_port() -> int:
@@ -90,8 +98,9 @@ def assert_rode_it_out(tally: Tally, *, logged: bool = True) -> None:
         assert tally.outage_logged, "no driving process noticed the outage"
 
 
+@pytest.mark.restarts("postgresql")
 async def test_a_postgresql_restart_mid_run(
-    own_postgres: tuple[str, str], receiver: Receiver, tests_folder: Path
+    column: str, own_postgres: tuple[str, str], receiver: Receiver, tests_folder: Path
 ) -> None:
     name, url = own_postgres
 
@@ -105,11 +114,12 @@ async def test_a_postgresql_restart_mid_run(
         )
         return time.time()
 
-    assert_rode_it_out(await chaos_with_outage(url, receiver, tests_folder, "postgresql", restart))
+    assert_rode_it_out(await chaos_with_outage(url, receiver, tests_folder, column, restart))
 
 
+@pytest.mark.restarts("sqlite")
 async def test_the_sqlite_file_locked_by_another_process_mid_run(
-    tmp_path: Path, receiver: Receiver, tests_folder: Path
+    column: str, tmp_path: Path, receiver: Receiver, tests_folder: Path
 ) -> None:
     path = tmp_path / "perdure.db"
     url = f"sqlite:///{path}"
@@ -128,7 +138,7 @@ async def test_the_sqlite_file_locked_by_another_process_mid_run(
     async def lock() -> float:
         return await asyncio.to_thread(hold_the_write_lock)
 
-    assert_rode_it_out(await chaos_with_outage(url, receiver, tests_folder, "sqlite", lock))
+    assert_rode_it_out(await chaos_with_outage(url, receiver, tests_folder, column, lock))
 
 
 @pytest.fixture
@@ -143,8 +153,9 @@ async def own_temporal(tmp_path: Path) -> AsyncIterator[Any]:
         await asyncio.to_thread(server.stop)
 
 
+@pytest.mark.restarts("temporal")
 async def test_a_temporal_server_restart_mid_run(
-    own_temporal: Any, tmp_path: Path, receiver: Receiver, tests_folder: Path
+    column: str, own_temporal: Any, tmp_path: Path, receiver: Receiver, tests_folder: Path
 ) -> None:
     tag = uuid.uuid4().hex[:12]
     url = own_temporal.url(task_queue=f"t-{tag}", id_prefix=f"{tag}-", payloads=str(tmp_path / "p"))
@@ -155,5 +166,5 @@ async def test_a_temporal_server_restart_mid_run(
         await asyncio.to_thread(own_temporal.start)
         return time.time()
 
-    tally = await chaos_with_outage(url, receiver, tests_folder, "temporal", restart)
+    tally = await chaos_with_outage(url, receiver, tests_folder, column, restart)
     assert_rode_it_out(tally, logged=False)

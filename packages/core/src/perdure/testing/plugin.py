@@ -183,6 +183,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "perdure_only(*columns, reason): run this test on those columns only"
     )
+    config.addinivalue_line(
+        "markers", "restarts(column): a substrate-restart scenario of that store column"
+    )
 
 
 def columns_for(node: pytest.Function | pytest.Module | Any) -> list[str]:
