@@ -8,6 +8,7 @@ Every session runs inside the one locked uv environment (`.venv`, from `uv.lock`
     nox -s langgraph_oldest   tests/langgraph on the oldest LangGraph we support (in ci)
     nox -s tests -- -k name   extra arguments go to pytest
     PERDURE_TEST_STORES=sqlite nox -s tests
+    nox -s chaos -- --kills 200   the long SIGKILL + substrate-restart soak, one table
 """
 
 from __future__ import annotations
