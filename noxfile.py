@@ -263,16 +263,18 @@ def ci(session: nox.Session) -> None:
 
 #: The oldest openai-agents release perdure-openai-agents supports (its pyproject's
 #: lower bound); the newest is the locked one every other session uses.
-AGENTS_OLDEST = "0.19.0"
+AGENTS_OLDEST = "0.21.0"
 
 
 @nox.session(python=False)
 def agents_oldest(session: nox.Session) -> None:
-    """tests/openai_agents on SQLite with the oldest supported openai-agents release."""
+    """The adapter's in-process tests on SQLite with the oldest supported openai-agents
+    release (the crash tests run on the locked, newest one in `tests`)."""
     env = {"PERDURE_TEST_STORES": "sqlite"}
     args = session.posargs or ["-n", "2", "-q"]
     withs = ("--with", f"openai-agents=={AGENTS_OLDEST}")
-    _run(session, *withs, "pytest", "tests/openai_agents", *args, env=env)
+    tests = ("tests/openai_agents/test_durable_runner.py", "tests/openai_agents/test_compat.py")
+    _run(session, *withs, "pytest", *tests, *args, env=env)
 
 
 #: The Agents SDK test files whose Runner calls ``nox -s agents_suite`` routes to

@@ -12,6 +12,7 @@ runs, as the SDK does. ``PerdureSession`` journals itself and is used as it is.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -45,35 +46,36 @@ async def _journal(spec: StepSpec, fn: Callable[[], Awaitable[Any]]) -> Any:
 
 
 class _Journal:
-    """The journaling of session operations, around ``_target()``'s own methods."""
+    """The journaling of session operations, around ``_target()``'s own methods.
+    Arguments the SDK passes (a limit, a context wrapper) go through unchanged."""
 
     def _target(self) -> Any:
         raise NotImplementedError
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+    async def get_items(self, *args: Any, **kwargs: Any) -> list[TResponseInputItem]:
         async def read() -> list[Any]:
-            return list(await self._target().get_items(limit))
+            return list(await self._target().get_items(*args, **kwargs))
 
         return await _journal(_READ, read)
 
-    async def _length(self) -> int:
-        return len(await self._target().get_items())
+    async def _length(self, kwargs: dict[str, Any]) -> int:
+        return len(await self._target().get_items(**kwargs))
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
+    async def add_items(self, items: list[TResponseInputItem], *args: Any, **kwargs: Any) -> None:
         if not items:
             return
-        before: int = await _journal(_LENGTH, self._length)
+        before: int = await _journal(_LENGTH, lambda: self._length(kwargs))
 
         async def write() -> int:
-            if await self._length() < before + len(items):
-                await self._target().add_items(items)
+            if await self._length(kwargs) < before + len(items):
+                await self._target().add_items(items, *args, **kwargs)
             return len(items)
 
         await _journal(_ADD, write)
 
-    async def pop_item(self) -> TResponseInputItem | None:
+    async def pop_item(self, *args: Any, **kwargs: Any) -> TResponseInputItem | None:
         async def peek() -> dict[str, Any]:
-            items = await self._target().get_items()
+            items = await self._target().get_items(**kwargs)
             return {"length": len(items), "last": items[-1] if items else None}
 
         seen: dict[str, Any] = await _journal(_PEEK, peek)
@@ -81,17 +83,32 @@ class _Journal:
         async def pop() -> Any:
             if seen["length"] == 0:
                 return None
-            if await self._length() < seen["length"]:
+            if await self._length(kwargs) < seen["length"]:
                 return seen["last"]  # popped before a crash; not again
-            return await self._target().pop_item()
+            return await self._target().pop_item(*args, **kwargs)
 
         return await _journal(_POP, pop)
 
-    async def clear_session(self) -> None:
+    async def clear_session(self, *args: Any, **kwargs: Any) -> None:
         async def clear() -> None:
-            await self._target().clear_session()
+            await self._target().clear_session(*args, **kwargs)
 
         await _journal(_CLEAR, clear)
+
+
+_OPERATIONS = ("get_items", "add_items", "pop_item", "clear_session")
+
+
+def _keeping_signature(name: str, original: Any) -> Any:
+    """The journaled operation ``name`` showing ``original``'s signature: the SDK reads
+    a session method's signature to decide what to pass it."""
+    journal = getattr(_Journal, name)
+
+    @functools.wraps(original)
+    async def operation(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return await journal(self, *args, **kwargs)
+
+    return operation
 
 
 class JournaledSession(_Journal, SessionABC):
@@ -137,7 +154,8 @@ def journaled(session: Session | None) -> Session | None:
     cls = type(session)
     sub = _subclasses.get(cls)
     if sub is None:
-        sub = _subclasses[cls] = type(f"Journaled{cls.__name__}", (_SharedJournal, cls), {})
+        methods = {name: _keeping_signature(name, getattr(cls, name)) for name in _OPERATIONS}
+        sub = _subclasses[cls] = type(f"Journaled{cls.__name__}", (_SharedJournal, cls), methods)
     try:
         shared = object.__new__(sub)
         object.__setattr__(shared, "__dict__", session.__dict__)

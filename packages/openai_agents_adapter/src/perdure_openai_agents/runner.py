@@ -370,6 +370,8 @@ class DurableRunResultStreaming(RunResultStreaming):
             self._perdure_error = exc
             raise  # awaiting run_loop_task raises it, as the SDK's does
         finally:
+            self._follow()
+            self.is_complete = True
             sink.close()
 
     async def stream_events(self) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
