@@ -83,8 +83,6 @@ def state_url(url: str) -> str:
     scheme = _scheme(url)
     if scheme in _SQL_SCHEMES:
         return url
-    if scheme.startswith("dbos+"):
-        return url[5:]
     for ep in importlib.metadata.entry_points(group="perdure.state_urls", name=scheme):
         mapper: Callable[[str], str] = ep.load()
         mapped = mapper(url)
