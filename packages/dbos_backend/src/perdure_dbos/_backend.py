@@ -796,6 +796,13 @@ def _history(info: RunInfo, steps: list[Any]) -> list[Event]:
     return events
 
 
+def state_url(url: str) -> str:
+    """The SQL database adapters keep their tables in for a DBOS URL: DBOS's system
+    database itself (entry-point group ``perdure.state_urls``)."""
+    DbosUrl.parse(url)
+    return url[len("dbos+") :]
+
+
 def open_backend(url: str) -> DbosBackend:
     """Entry point for ``perdure.backends``: ``dbos+sqlite`` and ``dbos+postgresql``."""
     return DbosBackend(url)
