@@ -273,7 +273,10 @@ def agents_oldest(session: nox.Session) -> None:
     env = {"PERDURE_TEST_STORES": "sqlite"}
     args = session.posargs or ["-n", "2", "-q"]
     withs = ("--with", f"openai-agents=={AGENTS_OLDEST}")
-    tests = ("tests/openai_agents/test_durable_runner.py", "tests/openai_agents/test_compat.py")
+    tests = (
+        "tests/openai_agents/test_durable_runner.py",
+        "tests/openai_agents/test_agents_compat.py",
+    )
     _run(session, *withs, "pytest", *tests, *args, env=env)
 
 

@@ -1,7 +1,7 @@
 """Every private name of LangGraph this package uses, in one place.
 
 LangGraph offers no public hook for these, so they are gathered here and checked by
-``tests/langgraph/test_compat.py``, which fails loudly when an upgrade moves one:
+``tests/langgraph/test_langgraph_compat.py``, which fails loudly when an upgrade moves one:
 
 * ``langgraph.pregel._runner.arun_with_retry``: the one function every async task
   (node, ``Send`` target, subgraph node, functional ``@task``) runs through. ``durable()``

@@ -5,7 +5,7 @@ that leaves the user's agents and tools untouched (the public ways — ``Agent.c
 new tool lists — give the run copies, so ``result.last_agent is agent`` and the agent a
 tool sees would no longer be the user's). So the adapter wraps the two functions the
 run loop calls for them, and the wrappers do nothing unless a durable run is being
-driven in the current context (``active()``). ``tests/openai_agents/test_compat.py``
+driven in the current context (``active()``). ``tests/openai_agents/test_agents_compat.py``
 fails loudly when an SDK upgrade moves any of these.
 """
 
