@@ -169,9 +169,8 @@ def _sql_list(statuses: Iterable[RunStatus]) -> str:
     return "(" + ", ".join(f"'{s.value}'" for s in statuses) + ")"
 
 
-#: SQL list literals of statuses, for ``status IN (...)``.
+#: SQL list literal of the claimable statuses, for ``status IN (...)``.
 CLAIMABLE_SQL = _sql_list(CLAIMABLE)
-TERMINAL_SQL = _sql_list(s for s in RunStatus if s.terminal)
 
 
 def encode(value: Any, where: str) -> str | None:

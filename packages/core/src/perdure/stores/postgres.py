@@ -26,12 +26,12 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from perdure.errors import (
     BackendUnavailableError,
     ConfigurationError,
-    InvalidRunStateError,
     LeaseLostError,
     RunNotFoundError,
     SubstrateError,
 )
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus, SignalRecord
+from perdure.semantics import guards
 from perdure.store import Lease, NewRun, RunUpdate, Store
 from perdure.stores.faults import postgres_error
 from perdure.stores.migrations import (
@@ -40,7 +40,6 @@ from perdure.stores.migrations import (
     LATEST_VERSION,
     POSTGRES_MIGRATIONS,
     SIGNAL_COLUMNS,
-    TERMINAL_SQL,
     decode_event,
     decode_run,
     decode_signal,
@@ -175,8 +174,7 @@ _TEMPLATES: dict[str, str] = {
             THEN %(now)s ELSE wake_at END,
         status = CASE WHEN status IN ('suspended', 'needs-attention')
             THEN 'suspended' ELSE status END
-        WHERE run_id = %(run_id)s AND status NOT IN {TERMINAL_SQL}
-        RETURNING {_RUN}""",
+        WHERE run_id = %(run_id)s RETURNING {_RUN}""",
     "insert_events": _INSERT_EVENTS,
     "admin_update": f"""UPDATE {{s}}runs SET status = %(status)s, attention = NULL,
         wake_at = %(now)s, updated_at = %(now)s
@@ -611,8 +609,7 @@ class PostgresStore(Store):
             if not rows:
                 raise RunNotFoundError(run_id)
             status = status_of(rows[0][0], run_id)
-            if status.terminal:
-                raise InvalidRunStateError(f"run {run_id!r} is {status.value}; it takes no signals")
+            guards.check_can_signal(run_id, status)
             signal_id = (await self._all(conn, "insert_signal", params))[0][0]
             if status is RunStatus.SUSPENDED and rows[0][1] == name:
                 await conn.execute(self._q["wake"], params)
@@ -624,12 +621,14 @@ class PostgresStore(Store):
         return decode_signal(rows[0]) if rows else None
 
     async def request_cancel(self, run_id: str, *, now: float) -> RunInfo:
-        async with self._conn() as conn:
-            rows = await self._all(conn, "cancel", {"run_id": run_id, "now": now})
-            if rows:
-                return decode_run(rows[0])
-            status = await self._status(conn, run_id)
-        raise InvalidRunStateError(f"run {run_id!r} is already {status.value}")
+        params = {"run_id": run_id, "now": now}
+        async with self._conn() as conn, conn.transaction():
+            # The run is locked, so the guard and the write see the same status.
+            rows = await self._all(conn, "lock_run", params)
+            if not rows:
+                raise RunNotFoundError(run_id)
+            guards.check_can_cancel(run_id, status_of(rows[0][0], run_id))
+            return decode_run((await self._all(conn, "cancel", params))[0])
 
     async def admin_append(
         self,
@@ -645,12 +644,7 @@ class PostgresStore(Store):
             rows = await self._all(conn, "lock_run", params)
             if not rows:
                 raise RunNotFoundError(run_id)
-            current = status_of(rows[0][0], run_id)
-            if current not in expect:
-                raise InvalidRunStateError(
-                    f"run {run_id!r} is {current.value}; expected "
-                    + " or ".join(RunStatus(s).value for s in expect)
-                )
+            guards.check_expected(run_id, status_of(rows[0][0], run_id), expect)
             if events:
                 first = (await self._next_seqs(conn, [run_id])).get(run_id, 0)
                 params.update(self._events(first, events, run_id, arrays=True))

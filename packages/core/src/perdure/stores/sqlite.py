@@ -20,11 +20,11 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from perdure.errors import (
     BackendUnavailableError,
     ConfigurationError,
-    InvalidRunStateError,
     LeaseLostError,
     RunNotFoundError,
 )
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus, SignalRecord
+from perdure.semantics import guards
 from perdure.serialization import dumps
 from perdure.store import Lease, NewRun, RunUpdate, Store
 from perdure.stores.faults import sqlite_error
@@ -478,8 +478,7 @@ class SqliteStore(Store):
             if row is None:
                 raise RunNotFoundError(run_id)
             status = status_of(row[0], run_id)
-            if status.terminal:
-                raise InvalidRunStateError(f"run {run_id!r} is {status.value}; it takes no signals")
+            guards.check_can_signal(run_id, status)
             signal_id = db.execute(
                 "INSERT INTO signals (run_id, name, payload, sent_by, sent_at, consumed) "
                 "VALUES (?, ?, ?, ?, ?, 0) RETURNING id",
@@ -500,9 +499,7 @@ class SqliteStore(Store):
 
     async def request_cancel(self, run_id: str, *, now: float) -> RunInfo:
         with self._write() as db:
-            status = self._status(db, run_id)
-            if status.terminal:
-                raise InvalidRunStateError(f"run {run_id!r} is already {status.value}")
+            guards.check_can_cancel(run_id, self._status(db, run_id))
             row = db.execute(
                 "UPDATE runs SET cancel_requested = 1, "
                 "wake_at = CASE WHEN status IN ('suspended', 'needs-attention') "
@@ -524,12 +521,7 @@ class SqliteStore(Store):
     ) -> RunInfo:
         data = [encode(ev.data, f"run {run_id!r} event ({ev.kind.value})") for ev in events]
         with self._write() as db:
-            current = self._status(db, run_id)
-            if current not in expect:
-                raise InvalidRunStateError(
-                    f"run {run_id!r} is {current.value}; expected "
-                    + " or ".join(RunStatus(s).value for s in expect)
-                )
+            guards.check_expected(run_id, self._status(db, run_id), expect)
             seq = self._next_seq(db, run_id)
             db.executemany(
                 _INSERT_EVENT,
