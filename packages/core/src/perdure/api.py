@@ -18,7 +18,11 @@ from perdure.workflow import Workflow
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_backends: dict[str, Backend] = {}
+#: The backends ``connect`` opened, per event loop (held weakly: never ``id(loop)``, which
+#: a later loop may reuse and so get a backend bound to a dead loop) and URL.
+_backends: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Backend]] = (
+    weakref.WeakKeyDictionary()
+)
 _default_url: str | None = None
 #: One lock per event loop: the first callers of ``connect`` on a URL open one backend.
 _opening: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
@@ -32,30 +36,37 @@ def configure(url: str | None) -> None:
     _default_url = url
 
 
+def _opened_on(loop: asyncio.AbstractEventLoop) -> dict[str, Backend]:
+    """The backends of ``loop``. Those of closed loops are dropped here: they cannot run
+    again, and a backend may hold its loop alive, so weak keys alone would not free them."""
+    for closed in [other for other in _backends if other.is_closed()]:
+        del _backends[closed]
+    return _backends.setdefault(loop, {})
+
+
 async def connect(url: str | None = None) -> Backend:
     """The opened backend for ``url`` (resolved as in DESIGN: argument, env, pyproject,
     default), shared within this process and event loop."""
     resolved = resolve_url(url or _default_url)
     loop = asyncio.get_running_loop()
-    key = f"{id(loop)}:{resolved}"
-    backend = _backends.get(key)
+    opened = _opened_on(loop)
+    backend = opened.get(resolved)
     if backend is not None:
         return backend
     async with _opening.setdefault(loop, asyncio.Lock()):
-        backend = _backends.get(key)  # again: the caller before us may have opened it
+        backend = opened.get(resolved)  # again: the caller before us may have opened it
         if backend is None:
             backend = open_backend(resolved)
             await backend.open()
-            _backends[key] = backend
+            opened[resolved] = backend
     return backend
 
 
 async def shutdown(*, grace: float | None = None) -> None:
-    """Drain and close every backend this process opened: no new work is taken,
-    in-flight steps finish and record (for up to ``grace`` seconds, default 30), then
-    their runs are released so another worker takes them over at once."""
-    backends = list(_backends.values())
-    _backends.clear()
+    """Drain and close every backend ``connect`` opened on this event loop: no new work
+    is taken, in-flight steps finish and record (for up to ``grace`` seconds, default
+    30), then their runs are released so another worker takes them over at once."""
+    backends = list(_backends.pop(asyncio.get_running_loop(), {}).values())
     for backend in backends:
         await backend.shutdown(grace=grace)
 

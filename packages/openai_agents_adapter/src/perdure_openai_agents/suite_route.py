@@ -54,17 +54,7 @@ def _durable_runner(
     monkeypatch.setattr(Runner, "run", classmethod(run))
     monkeypatch.setattr(Runner, "run_sync", classmethod(run_sync))
     monkeypatch.setattr(Runner, "run_streamed", classmethod(run_streamed))
-    yield
-    _forget_backends(url)
-
-
-def _forget_backends(url: str) -> None:
-    """Drop this test's backends from perdure's per-loop cache: the test's loop is gone."""
-    import perdure.api
-
-    cache = perdure.api._backends  # pyright: ignore[reportPrivateUsage]
-    for key in [k for k in cache if k.endswith(url)]:
-        del cache[key]
+    yield  # perdure.connect drops the backends of this test's loop once it is closed
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
