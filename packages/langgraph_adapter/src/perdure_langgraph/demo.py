@@ -32,50 +32,38 @@ from rich.markup import escape
 from rich.table import Table
 
 import perdure
-from perdure.records import POSITIONAL_KINDS, Event, RunInfo, RunStatus
-from perdure.testing.processes import Processes
-from perdure_langgraph.durable import turn_run_id
-from perdure_openai_agents.demo import (
-    OPERATOR,
-    DemoError,
-    Story,
-    _console,  # pyright: ignore[reportPrivateUsage]
-    _describe,  # pyright: ignore[reportPrivateUsage]
-    _ended,  # pyright: ignore[reportPrivateUsage]
-    _pending,  # pyright: ignore[reportPrivateUsage]
-    _stopped,  # pyright: ignore[reportPrivateUsage]
-    _verdict,  # pyright: ignore[reportPrivateUsage]
-    _wait_hold,  # pyright: ignore[reportPrivateUsage]
-    _wait_run,  # pyright: ignore[reportPrivateUsage]
-)
-from perdure_openai_agents.demo_services import (
+from perdure.demo_support import story as S
+from perdure.demo_support.services import (
     APPROVAL_THRESHOLD_CENTS,
     PAYMENTS,
     SERVICES_ENV,
     DemoServices,
     dollars,
 )
+from perdure.records import Event, RunInfo, RunStatus
+from perdure.testing.processes import Processes
+from perdure_langgraph.durable import turn_run_id
 
-ORDER_ID = "42"
+ORDER_ID = S.ORDER_ID
 GRAPH_MODULE = "perdure_langgraph.demo_graph"
 
 
 def main(url: str | None = None) -> int:
     """Run the demo on ``url`` (default: a new SQLite file in a temp dir); 0 when every
     order was charged exactly once and the thread succeeded, else 1."""
-    console = _console()
+    console = S.console()
     with tempfile.TemporaryDirectory(prefix="perdure-demo-") as tmp:
         target = url or f"sqlite:///{Path(tmp) / 'perdure-demo.db'}"
         try:
             return asyncio.run(_demo(console, target, Path(tmp)))
-        except DemoError as exc:
+        except S.DemoError as exc:
             console.print(f"[bold red]✗ demo failed:[/] {escape(str(exc))}")
             return 1
 
 
 async def _demo(console: Console, url: str, tmp: Path) -> int:
     # the first turn of the thread refund-<order>-<hex>
-    story = Story(turn_run_id(f"refund-{ORDER_ID}-{secrets.token_hex(3)}", 1))
+    story = S.Story(turn_run_id(f"refund-{ORDER_ID}-{secrets.token_hex(3)}", 1))
     with DemoServices() as services:
         procs = Processes(url, env={SERVICES_ENV: services.url}, cwd=tmp)
         _intro(console, url, services.url, story.run_id)
@@ -86,7 +74,7 @@ async def _demo(console: Console, url: str, tmp: Path) -> int:
             procs.close()
             await perdure.shutdown()
         _timeline(console, story, history)
-        return _verdict(console, services, info)
+        return S.verdict(console, services, info)
 
 
 def _intro(console: Console, url: str, services: str, run_id: str) -> None:
@@ -110,7 +98,7 @@ def _intro(console: Console, url: str, services: str, run_id: str) -> None:
 
 
 async def _tell(
-    console: Console, procs: Processes, services: DemoServices, story: Story, url: str
+    console: Console, procs: Processes, services: DemoServices, story: S.Story, url: str
 ) -> RunInfo:
     """Parts 1 to 4 of the story; the thread's run as it ended."""
     hold = services.hold(PAYMENTS, "after")  # the first charge waits here once applied
@@ -124,23 +112,23 @@ async def _tell(
         "(its first turn is run THREAD#1) and drives it"
     )
     with console.status("the graph looks the order up…"):
-        info = await _wait_run(url, story.run_id, app, "the approval request", _stopped)
+        info = await S.wait_run(url, story.run_id, app, "the approval request", S.stopped)
     if info.status is not RunStatus.SUSPENDED or info.waiting_for != perdure.APPROVAL:
         why = json.dumps(info.error or info.attention)
-        raise DemoError(
+        raise S.DemoError(
             f"expected the thread to wait for approval, it is {info.status.value}: {why}"
         )
-    console.print(f"  [yellow]⏸[/] interrupt() suspended the thread: {escape(_pending(info))}")
+    console.print(f"  [yellow]⏸[/] interrupt() suspended the thread: {escape(S.pending(info))}")
     console.print("    no lease, thread or connection is held for the run while it waits")
 
-    console.print(f"[bold cyan]2[/] [bold]perdure approve {story.run_id} --by {OPERATOR}[/]")
-    story.mark(f"{OPERATOR} runs perdure approve (another process)")
+    console.print(f"[bold cyan]2[/] [bold]perdure approve {story.run_id} --by {S.OPERATOR}[/]")
+    story.mark(f"{S.OPERATOR} runs perdure approve (another process)")
     with console.status("approving from another process…"):
         done = await asyncio.to_thread(
-            procs.cli, "approve", story.run_id, "--by", OPERATOR, "-m", "receipt checked"
+            procs.cli, "approve", story.run_id, "--by", S.OPERATOR, "-m", "receipt checked"
         )
     if done.returncode != 0:
-        raise DemoError(f"perdure approve exited {done.returncode}: {done.stderr.strip()}")
+        raise S.DemoError(f"perdure approve exited {done.returncode}: {done.stderr.strip()}")
     console.print(f"  [green]✔[/] {escape(done.stdout.strip())}")
 
     console.print(
@@ -148,7 +136,7 @@ async def _tell(
         "and charges the refund"
     )
     with console.status("waiting for the charge to reach the payment service…"):
-        await _wait_hold(hold.arrived.wait, app, "the charge")
+        await S.wait_hold(hold.arrived.wait, app, "the charge")
     applied = services.applied[PAYMENTS]
     app.kill()
     story.killed_at = time.time()
@@ -160,7 +148,7 @@ async def _tell(
     )
     console.print(
         f"  [bold red]☠ SIGKILL[/] app process {app.pid} inside the charge node, before it "
-        f"recorded the charge; the history ends at {escape(_last_step(recorded))}"
+        f"recorded the charge; the history ends at {escape(S.last_step(recorded, _label))}"
     )
 
     worker = procs.worker(GRAPH_MODULE)
@@ -171,7 +159,7 @@ async def _tell(
         "recovers the thread of the dead process from its last checkpoint"
     )
     with console.status("worker resumes the graph and finishes the thread…"):
-        info = await _wait_run(url, story.run_id, worker, "the end of the run", _ended)
+        info = await S.wait_run(url, story.run_id, worker, "the end of the run", S.ended)
     worker.terminate()
     await asyncio.to_thread(worker.wait, 30.0)
     if info.status is RunStatus.SUCCEEDED:
@@ -195,34 +183,12 @@ def _label(step_key: str | None) -> str:
     return f"{parts[1].split('|', 1)[0]} node: {key.rsplit(':', 1)[-1]}"
 
 
-def _last_step(history: list[Event]) -> str:
-    steps = [ev for ev in history if ev.kind in POSITIONAL_KINDS]
-    return _label(steps[-1].step_key) if steps else "the start"
-
-
-def _timeline(console: Console, story: Story, history: list[Event]) -> None:
-    rows: list[tuple[float, str, str, str]] = []
-    killed = story.killed_at or float("inf")
-    for ev in history:
-        who = f"app {story.app_pid}" if ev.at < killed else f"worker {story.worker_pid}"
-        rows.append((ev.at, who, escape(_label(ev.step_key)), escape(_describe(ev))))
-    for mark in story.marks:
-        rows.append((mark.at, "[bold]demo[/]", "", f"[bold magenta]{escape(mark.text)}[/]"))
-    rows.sort(key=lambda row: row[0])
-    start = rows[0][0] if rows else 0.0
-    table = Table(
-        title=f"Timeline of thread {story.run_id} (from its history)", title_justify="left"
-    )
-    table.add_column("t", justify="right", style="dim")
-    table.add_column("by")
-    table.add_column("step")
-    table.add_column("what")
-    for at, who, key, text in rows:
-        table.add_row(f"{at - start:6.2f}s", who, key, text)
-    console.print(table)
-    replayed = sum(1 for ev in history if ev.kind in POSITIONAL_KINDS and ev.at < killed)
+def _timeline(console: Console, story: S.Story, history: list[Event]) -> None:
+    title = f"Timeline of thread {story.run_id} (from its history)"
+    S.timeline(console, story, history, title=title, label=_label)
     console.print(
-        f"The worker continued from the graph's last checkpoint; the {replayed} step(s) and "
-        "decision recorded before the kill were replayed, not run again."
+        f"The worker continued from the graph's last checkpoint; the "
+        f"{S.replayed(story, history)} step(s) and decision recorded before the kill were "
+        "replayed, not run again."
     )
     console.print()

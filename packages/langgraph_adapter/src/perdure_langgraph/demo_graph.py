@@ -21,9 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 import perdure
-from perdure.testing.receivers import post
-from perdure_langgraph.durable import DurableGraph, durable
-from perdure_openai_agents.demo_services import (
+from perdure.demo_support.services import (
     APPROVAL_THRESHOLD_CENTS,
     EMAIL,
     ORDERS,
@@ -31,6 +29,8 @@ from perdure_openai_agents.demo_services import (
     SERVICES_ENV,
     dollars,
 )
+from perdure.testing.receivers import post
+from perdure_langgraph.durable import DurableGraph, durable
 
 
 class RefundState(TypedDict, total=False):

@@ -21,8 +21,7 @@ from typing import Any
 from agents import Agent, RunContextWrapper, function_tool
 
 import perdure
-from perdure.testing.receivers import post
-from perdure_openai_agents.demo_services import (
+from perdure.demo_support.services import (
     APPROVAL_THRESHOLD_CENTS,
     EMAIL,
     ORDERS,
@@ -30,6 +29,7 @@ from perdure_openai_agents.demo_services import (
     SERVICES_ENV,
     dollars,
 )
+from perdure.testing.receivers import post
 from perdure_openai_agents.testing import Conversation, ConversationModel, Reply, tool_call
 
 #: What the real model runs on when ``OPENAI_API_KEY`` is set.

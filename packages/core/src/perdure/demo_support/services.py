@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from perdure.testing.receivers import Receiver
 
@@ -72,9 +72,9 @@ class DemoServices(Receiver):
         with self._lock:
             applied = Counter(self.keys[name])
             bodies = dict(zip(self.keys[name], self.bodies[name], strict=True))
-            lines = []
+            lines: list[LedgerLine] = []
             for key, requests in self.requests_per_key[name].items():
-                body = bodies.get(key) or {}
+                body = fields(bodies.get(key))
                 lines.append(
                     LedgerLine(
                         key,
@@ -89,4 +89,9 @@ class DemoServices(Receiver):
     def charges_per_order(self, name: str) -> Counter[str]:
         """Applied charges per order id."""
         with self._lock:
-            return Counter(str((body or {}).get("order_id")) for body in self.bodies[name])
+            return Counter(str(fields(body).get("order_id")) for body in self.bodies[name])
+
+
+def fields(value: object) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (request bodies, event data)."""
+    return cast(dict[str, Any], value) if isinstance(value, dict) else {}
