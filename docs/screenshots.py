@@ -7,32 +7,18 @@ served in this process, Debian's chromium driven by Playwright.
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import tempfile
 from pathlib import Path
-
-import uvicorn
-from playwright.async_api import async_playwright
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "tests" / "console"))
 
 import console_workflows as w  # noqa: E402
+from chromium_launch import chromium  # noqa: E402
+from console_support import SECRET, console_in_loop  # noqa: E402
 
-from perdure.console import ConsoleSettings, create_app  # noqa: E402
 from perdure.registry import open_backend  # noqa: E402
-
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-SECRET = "screenshot-secret"
 
 
 async def seed(url: str) -> None:
@@ -44,7 +30,9 @@ async def seed(url: str) -> None:
         await backend.start(w.transfer, ("order-77", 90000), {}, run_id="transfer-77")
         await backend.start(w.reconcile_invoice, ("order-13",), {}, run_id="invoice-13")
         await backend.idle()
-        await backend.signal("refund-41", "approval", {"approved": True, "message": "ok"}, by="alice")
+        await backend.signal(
+            "refund-41", "approval", {"approved": True, "message": "ok"}, by="alice"
+        )
         await backend.signal("refund-42", "approval", {"approved": False}, by="bob")
         for run_id in ("refund-41", "refund-42", "invoice-13"):
             await backend.wait(run_id, timeout=30)
@@ -56,36 +44,20 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/perdure.db"
         await seed(url)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        app = create_app(ConsoleSettings(secret=SECRET, url=url))
-        server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-        serving = asyncio.create_task(server.serve())
-        while not server.started:
-            await asyncio.sleep(0.05)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            async with async_playwright() as pw:
-                browser = await pw.chromium.launch(
-                    executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
-                )
-                page = await browser.new_page(viewport={"width": 1280, "height": 720})
-                await page.goto(f"{base}/")
-                await page.fill("input[name=name]", "alice")
-                await page.fill("input[name=secret]", SECRET)
-                await page.click("button[type=submit]")
-                await page.wait_for_selector("[data-testid=runs]")
-                await page.screenshot(path=str(HERE / "console-runs.png"))
-                await page.goto(f"{base}/runs/refund-40")
-                await page.wait_for_selector("[data-testid=pending]")
-                await page.screenshot(path=str(HERE / "console-run.png"), full_page=True)
-                await page.goto(f"{base}/runs/transfer-77")
-                await page.screenshot(path=str(HERE / "console-attention.png"), full_page=True)
-                await browser.close()
-        finally:
-            server.should_exit = True
-            await serving
+        async with console_in_loop(url) as console, chromium() as browser:
+            base = console.base
+            page = await browser.new_page(viewport={"width": 1280, "height": 720})
+            await page.goto(f"{base}/")
+            await page.fill("input[name=name]", "alice")
+            await page.fill("input[name=secret]", SECRET)
+            await page.click("button[type=submit]")
+            await page.wait_for_selector("[data-testid=runs]")
+            await page.screenshot(path=str(HERE / "console-runs.png"))
+            await page.goto(f"{base}/runs/refund-40")
+            await page.wait_for_selector("[data-testid=pending]")
+            await page.screenshot(path=str(HERE / "console-run.png"), full_page=True)
+            await page.goto(f"{base}/runs/transfer-77")
+            await page.screenshot(path=str(HERE / "console-attention.png"), full_page=True)
 
 
 if __name__ == "__main__":

@@ -8,15 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_support import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    EMBEDDED,
-    ConsoleProcess,
-    console_in_loop,
-    console_process,
-)
-from playwright.async_api import Browser, async_playwright
+from chromium_launch import CHROMIUM, chromium
+from console_support import EMBEDDED, ConsoleProcess, console_in_loop, console_process
+from playwright.async_api import Browser
 
 from perdure.registry import open_backend
 from perdure.testing.plugin import store_factory
@@ -40,12 +34,8 @@ async def browser() -> AsyncIterator[Browser]:
     """Debian's chromium, headless. Missing chromium fails the test: `.ci/run` installs it."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
-    async with async_playwright() as pw:
-        launched = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            await launched.close()
+    async with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture(params=EMBEDDED)

@@ -20,16 +20,6 @@ import uvicorn
 from perdure.console import ConsoleSettings, create_app
 from perdure.testing.plugin import store_names
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 SECRET = "console-test-secret"
 
 #: Scenarios beyond the first run on the embedded columns only (one each elsewhere).
