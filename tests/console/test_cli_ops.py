@@ -15,10 +15,12 @@ from console_support import one_embedded_store
 from console_workflows import refund
 from typer.testing import CliRunner
 
+from perdure import url_options
 from perdure.backend import Backend
 from perdure.cli.app import app
-from perdure.errors import RunNotFoundError
+from perdure.errors import RetentionError, RunNotFoundError
 from perdure.records import RunStatus
+from perdure.registry import open_backend
 from perdure.retention import export_name
 from perdure.testing.processes import Processes
 
@@ -141,12 +143,19 @@ async def test_runs_list_stuck_and_stats_show_the_waiting_run(embedded: Backend,
     assert figures["waiting_by_signal"] == {"approval": 1}
 
 
-@one_embedded_store
-async def test_worker_retention_prunes_finished_runs(embedded: Backend, procs: Processes) -> None:
+def with_option(url: str, option: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}{option}"
+
+
+@pytest.mark.parametrize("where", ["option", "url"])
+async def test_worker_retention_prunes_finished_runs(
+    embedded: Backend, procs: Processes, where: str
+) -> None:
+    """`--retention 0s`, or `retention=0s` in the URL the worker is given."""
     finished, waiting = await finished_and_waiting(embedded)
-    worker = procs.spawn(
-        "-m", "perdure", "worker", "console_workflows", "--url", procs.url, "--retention", "0s"
-    )
+    retention = ["--retention", "0s"] if where == "option" else []
+    url = procs.url if where == "option" else with_option(procs.url, "retention=0s")
+    worker = procs.spawn("-m", "perdure", "worker", "console_workflows", "--url", url, *retention)
     try:
         gone: set[str] = set()
         deadline = time.monotonic() + 60
@@ -162,3 +171,38 @@ async def test_worker_retention_prunes_finished_runs(embedded: Backend, procs: P
         assert (await embedded.get_run(waiting)).status is RunStatus.SUSPENDED
     finally:
         procs.close()
+
+
+@one_embedded_store
+async def test_bad_retention_in_the_url_is_a_typed_error_naming_it(
+    embedded_url: str, cli: Cli
+) -> None:
+    url = with_option(embedded_url, "retention=soon")
+    with pytest.raises(RetentionError, match=r"retention= in .*'soon' is not a duration"):
+        url_options.retention(url)
+    ran = await asyncio.to_thread(
+        CliRunner().invoke,
+        app,
+        ["worker", str(HERE / "console_workflows.py"), "--url", url],
+        catch_exceptions=False,
+    )
+    assert ran.exit_code == 6, ran.stderr  # a configuration error
+    assert "retention=" in ran.stderr and "'soon' is not a duration" in ran.stderr
+
+
+def test_retention_is_taken_off_the_url_the_substrate_sees() -> None:
+    url = "postgresql://u:pw@h/db?schema=s%20x&retention=30d&sslmode=require"
+    assert url_options.backend_url(url) == "postgresql://u:pw@h/db?schema=s%20x&sslmode=require"
+    assert url_options.retention(url) == 30 * 86400
+    assert url_options.backend_url("sqlite:///x.db?retention=1h") == "sqlite:///x.db"
+    assert url_options.backend_url("sqlite:////abs/x.db?retention=1h#f") == "sqlite:////abs/x.db#f"
+    assert url_options.retention("sqlite:///x.db") is None
+    nested = "temporal://h:7233/ns?state=postgresql%3A%2F%2Fh%2Fdb%3Fa%3D1&retention=2d"
+    assert (
+        url_options.backend_url(nested)
+        == "temporal://h:7233/ns?state=postgresql%3A%2F%2Fh%2Fdb%3Fa%3D1"
+    )
+    assert open_backend("sqlite:///x.db?retention=1d").url == "sqlite:///x.db"
+    with pytest.raises(RetentionError) as bad:
+        url_options.retention("postgresql://u:hunter2@h/db?retention=-1d")
+    assert "hunter2" not in str(bad.value)

@@ -51,6 +51,11 @@ class ConfigurationError(PerdureError):
     """The backend URL or another setting is malformed or names nothing we know."""
 
 
+class RetentionError(ConfigurationError):
+    """A retention setting (``retention=`` in a backend URL) is not a duration; the
+    message names the setting, the value and the (masked) URL."""
+
+
 class BackendUnavailableError(PerdureError):
     """Transient: the substrate (database, server) cannot be reached or used right now.
 

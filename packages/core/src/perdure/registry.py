@@ -12,6 +12,7 @@ import importlib.metadata
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from perdure import url_options
 from perdure.backend import Backend
 from perdure.errors import ConfigurationError
 
@@ -48,7 +49,9 @@ def schemes() -> list[str]:
 
 
 def open_backend(url: str) -> Backend:
-    """A new, unopened backend for ``url``."""
+    """A new, unopened backend for ``url`` (perdure's own options, such as
+    ``retention=``, are taken off first: see ``perdure.url_options``)."""
+    url = url_options.backend_url(url)
     scheme = _scheme(url)
     factory = _factories.get(scheme)
     if factory is None:
@@ -79,7 +82,9 @@ def state_url(url: str) -> str:
 
     A SQL URL is its own; another backend maps its URL under the entry-point group
     ``perdure.state_urls`` (scheme → ``(url) -> sql url``), e.g. Temporal's ``state=``.
+    perdure's own options (``retention=``) are not part of it.
     """
+    url = url_options.backend_url(url)
     scheme = _scheme(url)
     if scheme in _SQL_SCHEMES:
         return url

@@ -10,7 +10,7 @@ import typer
 from perdure.cli import audit as audit_mod
 from perdure.cli import console, ops, replay, runs, worker
 from perdure.cli import demo as demo_mod
-from perdure.cli.common import execute, guard, parse_duration
+from perdure.cli.common import execute, guard
 
 EPILOG = (
     "Exit codes: 0 ok; 1 unexpected error; 2 usage or bad input; 3 run not found; "
@@ -44,6 +44,13 @@ Url = Annotated[
         "--url",
         help="Backend URL; default: $PERDURE_URL, else url in \\[tool.perdure] of the nearest "
         "pyproject.toml, else sqlite:///perdure.db.",
+        show_default=False,
+    ),
+]
+Modules = Annotated[
+    list[str],
+    typer.Argument(
+        help="Modules (dotted names or .py paths) that define the workflows, agents or graphs.",
         show_default=False,
     ),
 ]
@@ -266,12 +273,12 @@ def reconcile_cmd(
     by: By = None,
 ) -> None:
     """Resolve an effect whose outcome is unknown (a run in needs-attention)."""
-
-    def body() -> None:
-        outcome = ops.reconcile_outcome(succeeded, failed, retry, result)
-        execute(lambda: ops.reconcile(url, run_id, step, outcome, result, message, by))
-
-    guard(body)
+    execute(
+        lambda: ops.reconcile(
+            url, run_id, step, ops.reconcile_outcome(succeeded, failed, retry, result),
+            result, message, by,
+        )
+    )  # fmt: skip
 
 
 # -- worker and demo ----------------------------------------------------------------------
@@ -279,13 +286,7 @@ def reconcile_cmd(
 
 @app.command("worker")
 def worker_cmd(
-    modules: Annotated[
-        list[str],
-        typer.Argument(
-            help="Modules (dotted names or .py paths) that define the workflows, agents or graphs.",
-            show_default=False,
-        ),
-    ],
+    modules: Modules,
     url: Url = None,
     concurrency: Annotated[
         int, typer.Option("--concurrency", "-c", min=1, help="Runs driven at once.")
@@ -316,32 +317,23 @@ def worker_cmd(
             "--retention",
             envvar="PERDURE_RETENTION",
             help="Delete finished runs not updated for this long (30d, 12h), checked "
-            "hourly, as `perdure runs prune` does.",
+            "hourly, as `perdure runs prune` does; default: retention= in the URL "
+            "(sqlite:///runs.db?retention=30d), else keep them.",
             show_default=False,
         ),
     ] = None,
 ) -> None:
     """Import MODULEs, then recover and drive their runs until SIGINT/SIGTERM (which
     drains: in-flight steps finish, their runs are released for another worker)."""
-
-    def body() -> None:
-        names = worker.import_targets(modules)
-        keep = None if not retention else parse_duration("--retention", retention)
-        worker.setup_logging()
-        execute(lambda: worker.serve(url, names, concurrency, metrics_port, grace, keep))
-
-    guard(body)
+    execute(
+        lambda: worker.serve(url, modules, concurrency, metrics_port, grace, retention),
+        before=lambda: worker.prepare(modules),
+    )
 
 
 @app.command("replay")
 def replay_cmd(
-    modules: Annotated[
-        list[str],
-        typer.Argument(
-            help="Modules (dotted names or .py paths) with the code about to be deployed.",
-            show_default=False,
-        ),
-    ],
+    modules: Modules,
     url: Url = None,
     run: Annotated[
         str | None,
@@ -351,12 +343,7 @@ def replay_cmd(
 ) -> None:
     """Replay in-flight runs against MODULEs' code, in memory: exit 5 if a history no
     longer matches (check before a deploy)."""
-
-    def body() -> None:
-        worker.import_targets(modules)
-        execute(lambda: replay.replay(url, run, limit))
-
-    guard(body)
+    execute(lambda: replay.replay(url, run, limit), before=lambda: worker.import_targets(modules))
 
 
 @app.command("audit")

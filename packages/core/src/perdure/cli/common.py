@@ -8,7 +8,6 @@ import contextlib
 import getpass
 import json
 import os
-import re
 import sys
 import traceback
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
@@ -18,6 +17,7 @@ import click
 import typer
 from rich.console import Console
 
+from perdure import durations
 from perdure.backend import Backend
 from perdure.config import resolve_url
 from perdure.errors import (
@@ -131,9 +131,19 @@ def guard(action: Callable[[], int | None]) -> None:
         raise typer.Exit(code)
 
 
-def execute(body: Callable[[], Coroutine[Any, Any, int | None]]) -> None:
-    """``guard`` around ``asyncio.run(body())``: one event loop per command."""
-    guard(lambda: asyncio.run(body()))
+def execute(
+    body: Callable[[], Coroutine[Any, Any, int | None]],
+    before: Callable[[], object] | None = None,
+) -> None:
+    """``guard`` around ``asyncio.run(body())``: one event loop per command. ``before``
+    runs first, outside the loop (importing the user's modules), under the same guard."""
+
+    def run() -> int | None:
+        if before is not None:
+            before()
+        return asyncio.run(body())
+
+    guard(run)
 
 
 def load_backend(url: str | None) -> Backend:
@@ -188,26 +198,12 @@ def parse_json(option: str, text: str | None) -> Any:
         ) from None
 
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
-
-
 def parse_duration(option: str, text: str) -> float:
     """Seconds in ``90s``, ``30m``, ``1h``, ``2d``, ``1w``, ``1h30m`` or a bare number."""
-    raw = text.strip().lower()
     try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = None
-    if seconds is None:
-        if not raw or _DURATION.sub("", raw).strip():
-            raise UsageProblem(
-                f"{option} {text!r} is not a duration; use e.g. 90s, 30m, 1h, 2d or 1h30m"
-            )
-        seconds = sum(float(n) * _UNITS[u] for n, u in _DURATION.findall(raw))
-    if seconds < 0:
-        raise UsageProblem(f"{option} must not be negative (got {text!r})")
-    return seconds
+        return durations.parse_duration(text)
+    except ValueError as exc:
+        raise UsageProblem(f"{option} {exc}") from None
 
 
 def parse_statuses(values: Sequence[str] | None) -> list[RunStatus] | None:

@@ -15,9 +15,10 @@ from pathlib import Path
 from rich.logging import RichHandler
 from rich.markup import escape
 
-from perdure import metrics, retention
+from perdure import metrics, retention, url_options
 from perdure.backend import Backend
-from perdure.cli.common import UsageProblem, err, load_backend, mask_url
+from perdure.cli.common import UsageProblem, err, load_backend, mask_url, parse_duration
+from perdure.config import resolve_url
 from perdure.engine.outages import Backoff, OutageLog
 from perdure.errors import ConfigurationError, classify
 from perdure.workflow import registered_workflows
@@ -144,14 +145,29 @@ async def _retain(backend: Backend, keep: float, stop: asyncio.Event) -> None:
             await asyncio.wait_for(stop.wait(), RETENTION_EVERY_SECONDS)
 
 
+def prepare(modules: Sequence[str]) -> None:
+    """Before the worker's event loop: import the workflows' modules, set up logging."""
+    import_targets(modules)
+    setup_logging()
+
+
+def retention_of(url: str | None, option: str | None) -> float | None:
+    """How long finished runs are kept: ``--retention`` (or ``$PERDURE_RETENTION``), else
+    ``retention=`` in the backend URL, else forever (None)."""
+    if option:
+        return parse_duration("--retention", option)
+    return url_options.retention(resolve_url(url))
+
+
 async def serve(
     url: str | None,
     modules: Sequence[str],
     concurrency: int,
     metrics_port: int | None = None,
     grace: float = 30.0,
-    keep: float | None = None,
+    retention_option: str | None = None,
 ) -> None:
+    keep = retention_of(url, retention_option)
     names = registered_workflows()
     if not names:
         raise ConfigurationError(
