@@ -10,7 +10,8 @@ import typer
 from perdure.cli import audit as audit_mod
 from perdure.cli import console, ops, replay, runs, worker
 from perdure.cli import demo as demo_mod
-from perdure.cli.common import execute, guard
+from perdure.cli import gateway as gateway_mod
+from perdure.cli.common import execute, guard, parse_duration
 
 EPILOG = (
     "Exit codes: 0 ok; 1 unexpected error; 2 usage or bad input; 3 run not found; "
@@ -37,6 +38,14 @@ runs_app = typer.Typer(
     rich_markup_mode="rich",
 )
 app.add_typer(runs_app, name="runs")
+gateway_app = typer.Typer(
+    help="The idempotency gateway in front of services that do not deduplicate: serve it, "
+    "list its attempts and which outcomes are unknown, forget one an operator resolved.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+app.add_typer(gateway_app, name="gateway")
 
 Url = Annotated[
     str | None,
@@ -401,6 +410,81 @@ def demo_cmd(
 ) -> None:
     """Run the demo: an agent that survives a crash and waits for your approval."""
     guard(lambda: demo_mod.run_demo(url, framework))
+
+
+# -- gateway ------------------------------------------------------------------------------
+
+
+@gateway_app.command("serve")
+def gateway_serve_cmd(
+    upstream: Annotated[
+        list[str],
+        typer.Option(
+            "--upstream",
+            help="NAME=URL (repeatable): /NAME/rest goes to URL/rest.",
+            show_default=False,
+        ),
+    ],
+    url: Url = None,
+    listen: Annotated[
+        str, typer.Option("--listen", help="HOST:PORT to listen on (:0 picks a free port).")
+    ] = "127.0.0.1:8780",
+    retention: Annotated[
+        str, typer.Option("--retention", help="How long answered keys are kept, e.g. 24h, 7d.")
+    ] = "24h",
+    timeout: Annotated[
+        str,
+        typer.Option(
+            "--timeout", help="How long the upstream may take; past it the outcome is unknown."
+        ),
+    ] = "60s",
+    max_body: Annotated[
+        int,
+        typer.Option("--max-body", min=0, help="Largest response body (bytes) kept for replay."),
+    ] = 8 * 1024 * 1024,
+    require_key: Annotated[
+        bool,
+        typer.Option("--require-key", help="Refuse requests without an Idempotency-Key (428)."),
+    ] = False,
+) -> None:
+    """Serve the HTTP gateway: requests with an Idempotency-Key reach their upstream once."""
+    guard(
+        lambda: gateway_mod.serve(
+            url,
+            listen,
+            upstream,
+            parse_duration("--retention", retention),
+            parse_duration("--timeout", timeout),
+            max_body,
+            require_key,
+        )
+    )
+
+
+@gateway_app.command("status")
+def gateway_status_cmd(
+    url: Url = None,
+    state: Annotated[
+        list[str] | None,
+        typer.Option("--state", help="Only these states (repeatable): in-flight, done, unknown."),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 100,
+    fmt: Annotated[
+        gateway_mod.Format, typer.Option("--format", help="A table for people, JSON for scripts.")
+    ] = gateway_mod.Format.TABLE,
+) -> None:
+    """List the gateway's attempts, newest first, with those whose outcome is unknown."""
+    execute(lambda: gateway_mod.status(url, state or [], limit, fmt))
+
+
+@gateway_app.command("forget")
+def gateway_forget_cmd(
+    upstream: Annotated[str, typer.Argument(help="The upstream name (or mcp:NAME).")],
+    key: Annotated[str, typer.Argument(help="The idempotency key.")],
+    url: Url = None,
+) -> None:
+    """Forget one attempt once you checked its upstream: its key's next call is forwarded."""
+    execute(lambda: gateway_mod.forget(url, upstream, key))
 
 
 def main() -> None:

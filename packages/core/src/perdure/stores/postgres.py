@@ -216,7 +216,7 @@ def parse_postgres_url(url: str) -> tuple[str, str, int]:
     return conninfo, schema, pool_size
 
 
-def _describe(conninfo: str) -> str:
+def describe_conninfo(conninfo: str) -> str:
     """``host:port/dbname`` for messages; never the password."""
     params = conninfo_to_dict(conninfo)
     host = str(params.get("host") or "localhost")
@@ -230,7 +230,7 @@ class PostgresStore(Store):
     def __init__(self, url: str) -> None:
         self.url = url
         self._conninfo, self.schema, self.pool_size = parse_postgres_url(url)
-        self.where = _describe(self._conninfo)
+        self.where = describe_conninfo(self._conninfo)
         self._kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in conninfo_to_dict(self._conninfo):
             self._kwargs["connect_timeout"] = _CONNECT_TIMEOUT

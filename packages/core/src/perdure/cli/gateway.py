@@ -1,0 +1,155 @@
+"""``perdure gateway serve|status|forget``: run the idempotency gateway and look after
+its ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from enum import Enum
+
+from rich.table import Table
+
+from perdure.cli.common import EXIT_CONFIG, EXIT_NOT_FOUND, CliError, err, mask_url, out
+from perdure.config import resolve_url
+
+
+class Format(str, Enum):
+    TABLE = "table"
+    JSON = "json"
+
+
+def _need_extra() -> None:
+    import importlib.util
+
+    missing = [m for m in ("httpx", "starlette", "uvicorn") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CliError(
+            f"the gateway needs the gateway extra: pip install 'perdure[gateway]' "
+            f"(missing: {', '.join(missing)})",
+            EXIT_CONFIG,
+        )
+
+
+async def _check_ledger(url: str) -> None:
+    """Open the ledger once, so a wrong URL or an unreachable database is one clear error
+    before the server starts (the server opens its own on its event loop)."""
+    from perdure.gateway.ledger import open_ledger
+
+    ledger = open_ledger(url)
+    await ledger.open()
+    await ledger.close()
+
+
+def serve(
+    url: str | None,
+    listen: str,
+    upstreams: Sequence[str],
+    retention: float,
+    timeout: float,
+    max_body: int,
+    require_key: bool,
+) -> None:
+    _need_extra()
+    from perdure.gateway.http import GatewaySettings, create_app
+    from perdure.gateway.serve import bind
+    from perdure.gateway.serve import serve as run_server
+    from perdure.gateway.upstreams import parse_upstreams
+
+    if not upstreams:
+        raise CliError("give at least one --upstream NAME=URL", EXIT_CONFIG)
+    resolved = resolve_url(url)
+    settings = GatewaySettings(
+        url=resolved,
+        upstreams=parse_upstreams(upstreams),
+        retention=retention,
+        timeout=timeout,
+        max_body=max_body,
+        require_key=require_key,
+    )
+    asyncio.run(_check_ledger(resolved))
+    sock = bind(listen)
+    names = ", ".join(f"/{n}/ -> {u}" for n, u in settings.upstreams.items())
+    run_server(
+        create_app(settings),
+        sock,
+        lambda address: f"perdure gateway on {address} ({names}); ledger {mask_url(resolved)}",
+    )
+
+
+def _ago(at: float | None) -> str:
+    if at is None:
+        return ""
+    seconds = max(0, int(time.time() - at))
+    if seconds < 120:
+        return f"{seconds}s ago"
+    if seconds < 7200:
+        return f"{seconds // 60}m ago"
+    return f"{seconds // 3600}h ago"
+
+
+async def status(url: str | None, states: Sequence[str], limit: int, fmt: Format) -> int:
+    from perdure.gateway.ledger import open_ledger
+    from perdure.gateway.records import STATES
+
+    wanted = [s.replace("-", "_") for s in states]
+    for s in wanted:
+        if s not in STATES:
+            raise CliError(f"--state {s!r}: use one of {', '.join(STATES)}", EXIT_CONFIG)
+    ledger = open_ledger(resolve_url(url))
+    await ledger.open()
+    try:
+        attempts = await ledger.attempts([s for s in STATES if s in wanted] or None, limit)
+    finally:
+        await ledger.close()
+    if fmt is Format.JSON:
+        rows = [
+            {
+                "upstream": a.scope,
+                "idempotency_key": a.key,
+                "state": a.state,
+                "started_at": a.started_at,
+                "finished_at": a.finished_at,
+                "status": None if a.response is None else a.response.status,
+                "owner": a.owner,
+                "reason": a.reason,
+                "expires_at": a.expires_at,
+            }
+            for a in attempts
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title="perdure gateway", title_justify="left")
+    for column in ("upstream", "idempotency key", "state", "started", "answer", "note"):
+        table.add_column(column, overflow="fold")
+    for a in attempts:
+        state = "[bold red]unknown[/]" if a.state == "unknown" else a.state.replace("_", "-")
+        answer = "" if a.response is None else str(a.response.status)
+        table.add_row(a.scope, a.key, state, _ago(a.started_at), answer, a.reason or "")
+    console = out()
+    console.print(table)
+    unknown = sum(1 for a in attempts if a.state == "unknown")
+    console.print(f"{len(attempts)} attempts, {unknown} with an unknown outcome", markup=False)
+    if unknown:
+        console.print(
+            "check each with its upstream; then `perdure gateway forget UPSTREAM KEY` lets "
+            "the next retry through",
+            markup=False,
+        )
+    return 0
+
+
+async def forget(url: str | None, upstream: str, key: str) -> int:
+    from perdure.gateway.ledger import open_ledger
+
+    ledger = open_ledger(resolve_url(url))
+    await ledger.open()
+    try:
+        gone = await ledger.forget(upstream, key)
+    finally:
+        await ledger.close()
+    if not gone:
+        raise CliError(f"the gateway ledger has no attempt {upstream}/{key}", EXIT_NOT_FOUND)
+    err().print(f"forgot {upstream}/{key}: the next call with this key is forwarded", markup=False)
+    return 0
