@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -21,6 +22,9 @@ from perdure.console import ConsoleSettings, create_app
 from perdure.testing.plugin import store_names
 
 SECRET = "console-test-secret"
+#: The scrape token of every test console's /metrics.
+METRICS_TOKEN = "console-test-metrics-token"
+SCRAPE = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 
 #: Scenarios beyond the first run on the embedded columns only (one each elsewhere).
 EMBEDDED = [name for name in store_names() if name in ("sqlite", "postgresql")]
@@ -66,6 +70,7 @@ def console_process(url: str) -> Iterator[ConsoleProcess]:
     env = {
         **os.environ,
         "PERDURE_CONSOLE_SECRET": SECRET,
+        "PERDURE_METRICS_TOKEN": METRICS_TOKEN,
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
     }
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -91,10 +96,13 @@ def console_process(url: str) -> Iterator[ConsoleProcess]:
 
 
 @contextlib.asynccontextmanager
-async def console_in_loop(url: str) -> AsyncIterator[ConsoleProcess]:
+async def console_in_loop(url: str, **settings: Any) -> AsyncIterator[ConsoleProcess]:
     """The console app (its own backend, opened from ``url``) under uvicorn in this
-    event loop: the same app `perdure console` serves, without a process start."""
-    app = create_app(ConsoleSettings(secret=SECRET, url=url))
+    event loop: the same app `perdure console` serves, without a process start.
+    ``settings`` are more ``ConsoleSettings`` fields."""
+    app = create_app(
+        ConsoleSettings(**{"metrics_token": METRICS_TOKEN, **settings}, secret=SECRET, url=url)
+    )
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning")
     )

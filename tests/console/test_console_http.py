@@ -1,5 +1,6 @@
-"""The console over plain HTTP: filters, paging, the summary bar, JSONL export, and
-the login form's own CSRF check (the browser tests cover the actions)."""
+"""The console over plain HTTP: filters, paging, the summary bar, JSONL export, the
+login form's own CSRF check, run ids holding "/", the login rate limit and who may read
+/metrics (the browser tests cover the actions)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,21 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import httpx
-from console_support import SECRET, ConsoleProcess, one_embedded_store
+from console_support import (
+    METRICS_TOKEN,
+    SECRET,
+    ConsoleProcess,
+    console_in_loop,
+    one_embedded_store,
+)
 from console_workflows import refund, transfer
 
 from perdure.backend import Backend
+from perdure.console._throttle import LoginThrottle
+from perdure.records import EventKind, RunStatus
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
@@ -96,3 +106,107 @@ async def test_filters_paging_summary_and_export(
 
     anonymous = httpx.get(f"{console_command.base}/runs/{parked}/export.jsonl")
     assert anonymous.status_code == 303 and "/login" in anonymous.headers["location"]
+
+
+@one_embedded_store
+async def test_a_run_id_with_slashes_routes_to_its_page_export_and_actions(
+    embedded: Backend, embedded_console: ConsoleProcess
+) -> None:
+    run_id = f"team-a/{uuid.uuid4().hex[:6]}/refund 7?x#y"
+    await embedded.start(refund, ("order-7", 700), {}, run_id=run_id)
+    await embedded.idle()
+    path = "/runs/" + quote(run_id, safe="/")
+
+    async with httpx.AsyncClient(base_url=embedded_console.base, timeout=30) as client:
+        await _alog_in(client)
+        page = await client.get(path)
+        assert page.status_code == 200, page.text
+        assert f'hx-get="{path}"' in page.text  # the page's own links route back to it
+        assert "refund" in page.text and "approval" in page.text
+        export = await client.get(f"{path}/export.jsonl")
+        assert export.status_code == 200
+        assert json.loads(export.text.splitlines()[0])["run"]["run_id"] == run_id
+        token = CSRF.search(page.text)
+        assert token
+        approved = await client.post(f"{path}/approve", data={"csrf": token[1], "message": "ok"})
+        assert approved.status_code == 303
+        assert approved.headers["location"] == "/runs/" + quote(run_id, safe="")
+        back = await client.get(approved.headers["location"])
+        assert "approved as dana" in back.text
+        assert (await client.get(f"/runs/team-a/{uuid.uuid4().hex}")).status_code == 404
+
+    done = await embedded.wait(run_id, timeout=60)
+    assert done.status is RunStatus.SUCCEEDED
+    received = [e for e in await embedded.history(run_id) if e.kind is EventKind.SIGNAL_RECEIVED]
+    assert [e.data["sent_by"] for e in received] == ["dana"]
+
+
+async def _alog_in(client: httpx.AsyncClient, secret: str = SECRET) -> httpx.Response:
+    form = await client.get("/login")
+    token = CSRF.search(form.text)
+    assert token, form.text
+    return await client.post("/login", data={"csrf": token[1], "name": "dana", "secret": secret})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def client_from(console: ConsoleProcess, address: str) -> httpx.AsyncClient:
+    """A client whose connections come from ``address`` (any 127.x.y.z is this host)."""
+    transport = httpx.AsyncHTTPTransport(local_address=address)
+    return httpx.AsyncClient(base_url=console.base, timeout=30, transport=transport)
+
+
+@one_embedded_store
+async def test_failed_logins_are_limited_per_client_with_a_429(embedded_url: str) -> None:
+    clock = Clock()
+    throttle = LoginThrottle(limit=3, window=60, clock=clock)
+    async with (
+        console_in_loop(embedded_url, login_throttle=throttle) as console,
+        client_from(console, "127.0.0.1") as guesser,
+        client_from(console, "127.0.0.2") as other,
+    ):
+        for _ in range(3):
+            wrong = await _alog_in(guesser, "not-the-secret")
+            assert wrong.status_code == 401 and "wrong secret" in wrong.text
+        clock.now += 20
+        throttled = await _alog_in(guesser)  # the right secret, but too many tries
+        assert throttled.status_code == 429
+        assert throttled.headers["retry-after"] == "40"
+        assert "too many failed logins from this client; try again in 40s" in throttled.text
+        assert (await guesser.get("/")).status_code == 303  # not logged in
+
+        assert (await _alog_in(other)).status_code == 303  # another client is not held
+
+        clock.now += 40  # the first failure leaves the window
+        assert (await _alog_in(guesser)).status_code == 303
+        assert (await guesser.get("/")).status_code == 200
+
+
+@one_embedded_store
+async def test_metrics_need_the_scrape_token_or_an_operator_login(
+    embedded_url: str, console_command: ConsoleProcess
+) -> None:
+    async with httpx.AsyncClient(base_url=console_command.base, timeout=30) as client:
+        anonymous = await client.get("/metrics")
+        assert anonymous.status_code == 401
+        assert anonymous.headers["www-authenticate"].startswith("Bearer")
+        assert "perdure_" not in anonymous.text
+        forged = await client.get("/metrics", headers={"Authorization": "Bearer guess"})
+        assert forged.status_code == 401
+        scraped = await client.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+        assert scraped.status_code == 200 and "perdure_runs" in scraped.text
+        assert (await _alog_in(client)).status_code == 303
+        operator = await client.get("/metrics")
+        assert operator.status_code == 200 and "perdure_runs" in operator.text
+
+    async with console_in_loop(embedded_url, metrics_token=None) as no_token:
+        header = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+        async with httpx.AsyncClient(timeout=30) as client:
+            refused = await client.get(f"{no_token.base}/metrics", headers=header)
+        assert refused.status_code == 401  # without a token set, only operators read it

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from console_support import ConsoleProcess, free_port, one_embedded_store
+from console_support import SCRAPE, ConsoleProcess, free_port, one_embedded_store
 from prometheus_client.parser import text_string_to_metric_families
 
 from perdure.backend import Backend
@@ -63,7 +63,8 @@ async def test_scraped_figures_match_the_history(
         # the console's /metrics: what the backend holds, read at scrape time
         before = time.time()
         async with httpx.AsyncClient(timeout=30) as client:
-            held = samples((await client.get(f"{embedded_console.base}/metrics")).text)
+            scraped = await client.get(f"{embedded_console.base}/metrics", headers=SCRAPE)
+            held = samples(scraped.raise_for_status().text)
         after = time.time()
         assert value(held, "perdure_runs", status="suspended", workflow=WORKFLOW) == 1
         assert value(held, "perdure_suspended_runs", signal="approval") == 1

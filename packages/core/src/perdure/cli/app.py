@@ -395,9 +395,19 @@ def console_cmd(
             dir_okay=False,
         ),
     ] = None,
+    metrics_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--metrics-token-file",
+            help="File holding the bearer token Prometheus scrapes /metrics with; default: "
+            "$PERDURE_METRICS_TOKEN, else /metrics is for logged-in operators only.",
+            show_default=False,
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the web console: runs, stuck ages, approvals, reconcile, timelines, /metrics."""
-    guard(lambda: console.serve(url, host, port, secret_file))
+    guard(lambda: console.serve(url, host, port, secret_file, metrics_token_file))
 
 
 @app.command("demo")

@@ -10,25 +10,45 @@ from perdure.cli.common import EXIT_CONFIG, CliError, UsageProblem, err, mask_ur
 from perdure.config import resolve_url
 
 SECRET_ENV = "PERDURE_CONSOLE_SECRET"
+METRICS_TOKEN_ENV = "PERDURE_METRICS_TOKEN"
+
+
+def _read(option: str, path: Path | None, env: str) -> str | None:
+    """A secret from the file ``option`` names, else from ``$env``, else None."""
+    if path is not None:
+        try:
+            value = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise UsageProblem(f"{option} {str(path)!r}: {exc.strerror}") from exc
+        if not value:
+            raise UsageProblem(f"{option} {str(path)!r} is empty")
+        return value
+    return os.environ.get(env, "").strip() or None
 
 
 def read_secret(secret_file: Path | None) -> tuple[str, bool]:
     """The operators' shared secret and whether it was made up for this process."""
-    if secret_file is not None:
-        try:
-            secret = secret_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise UsageProblem(f"--secret-file {str(secret_file)!r}: {exc.strerror}") from exc
-        if not secret:
-            raise UsageProblem(f"--secret-file {str(secret_file)!r} is empty")
-        return secret, False
-    secret = os.environ.get(SECRET_ENV, "").strip()
-    if secret:
+    secret = _read("--secret-file", secret_file, SECRET_ENV)
+    if secret is not None:
         return secret, False
     return secrets.token_urlsafe(18), True
 
 
-def serve(url: str | None, host: str, port: int, secret_file: Path | None) -> None:
+def read_metrics_token(token_file: Path | None) -> str | None:
+    """The scrapers' bearer token for /metrics; None: operators' login only."""
+    token = _read("--metrics-token-file", token_file, METRICS_TOKEN_ENV)
+    if token is not None and len(token) < 16:
+        raise UsageProblem("the metrics token must be at least 16 characters")
+    return token
+
+
+def serve(
+    url: str | None,
+    host: str,
+    port: int,
+    secret_file: Path | None,
+    metrics_token_file: Path | None = None,
+) -> None:
     try:
         import uvicorn
 
@@ -41,8 +61,9 @@ def serve(url: str | None, host: str, port: int, secret_file: Path | None) -> No
     secret, generated = read_secret(secret_file)
     if len(secret) < 8:
         raise UsageProblem("the console secret must be at least 8 characters")
+    token = read_metrics_token(metrics_token_file)
     resolved = resolve_url(url)
-    app = create_app(ConsoleSettings(secret=secret, url=resolved))
+    app = create_app(ConsoleSettings(secret=secret, url=resolved, metrics_token=token))
     console = err()
     console.print(
         f"perdure console on http://{host}:{port} for {mask_url(resolved)}",

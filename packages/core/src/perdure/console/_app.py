@@ -14,7 +14,13 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import (
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -22,7 +28,7 @@ from starlette.templating import Jinja2Templates
 from perdure.backend import Backend
 from perdure.cli.render import fmt_clock, fmt_time, relative, short, span
 from perdure.config import resolve_url
-from perdure.console import _actions, _auth, _views
+from perdure.console import _actions, _auth, _throttle, _views
 from perdure.errors import BackendUnavailableError, InvalidRunStateError, RunNotFoundError
 from perdure.records import RunStatus
 from perdure.registry import open_backend
@@ -45,6 +51,12 @@ class ConsoleSettings:
     https_only: bool = False
     title: str = "perdure"
     extra: dict[str, Any] = field(default_factory=lambda: {})
+    #: A scraper's bearer token for ``/metrics``. Without one only logged-in operators
+    #: read ``/metrics``: it names workflows and signals and counts the backlog, which
+    #: is not for anyone who can reach the port (``--host 0.0.0.0``).
+    metrics_token: str | None = None
+    #: Failed logins per client and window before the console answers 429.
+    login_throttle: _throttle.LoginThrottle = field(default_factory=_throttle.LoginThrottle)
 
 
 def _templates() -> Jinja2Templates:
@@ -204,11 +216,21 @@ class Console:
         target = _safe_next(form.get("next", "/"))
         if not _auth.csrf_ok(request, form.get("csrf")):
             return self._refused(request, "the login form's CSRF token is missing or stale")
+        client = request.client.host if request.client else "?"
+        throttle = self.settings.login_throttle
         try:
+            throttle.check(client)  # before the secret: a throttled right guess fails too
             name = self.auth.login(form.get("name", ""), form.get("secret", ""))
+        except _throttle.LoginThrottled as exc:
+            context = {"next": target, "error": str(exc)}
+            response = self.render(request, "login.html", context, status=429)
+            response.headers["Retry-After"] = str(exc.retry_after)
+            return response
         except _auth.LoginError as exc:
+            throttle.failed(client)
             context = {"next": target, "error": str(exc)}
             return self.render(request, "login.html", context, status=401)
+        throttle.succeeded(client)
         _auth.sign_in(request, name)
         return RedirectResponse(target, status_code=303)
 
@@ -220,8 +242,18 @@ class Console:
         return RedirectResponse("/login", status_code=303)
 
     async def metrics(self, request: Request) -> Response:
+        """Prometheus exposition, for a logged-in operator or a scraper with the token."""
         from perdure import metrics
 
+        if _auth.operator(request) is None and not _auth.bearer_ok(
+            request, self.settings.metrics_token
+        ):
+            return PlainTextResponse(
+                "/metrics needs the scrape token (Authorization: Bearer ...) "
+                "or an operator login\n",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="perdure console"'},
+            )
         body, content_type = await metrics.exposition(self.store)
         return Response(body, media_type=content_type)
 
@@ -248,10 +280,12 @@ def create_app(settings: ConsoleSettings) -> Starlette:
     """The console as an ASGI app (serve it with uvicorn, or mount it)."""
     console = Console(settings)
     routes = [
+        # Run ids may hold "/" (path converter); the longer shapes come first, and a GET
+        # of /runs/a/b falls through the POST-only action route to the run page.
         Route("/", console.runs, name="runs"),
-        Route("/runs/{run_id:str}", console.run, name="run"),
-        Route("/runs/{run_id:str}/export.jsonl", console.export, name="export"),
-        Route("/runs/{run_id:str}/{action:str}", console.act, methods=["POST"], name="act"),
+        Route("/runs/{run_id:path}/export.jsonl", console.export, name="export"),
+        Route("/runs/{run_id:path}/{action:str}", console.act, methods=["POST"], name="act"),
+        Route("/runs/{run_id:path}", console.run, name="run"),
         Route("/login", console.login, methods=["GET", "POST"], name="login"),
         Route("/logout", console.logout, methods=["POST"], name="logout"),
         Route("/metrics", console.metrics, name="metrics"),

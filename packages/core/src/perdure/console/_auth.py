@@ -95,3 +95,13 @@ def csrf_ok(request: Request, submitted: str | None) -> bool:
         and isinstance(submitted, str)
         and hmac.compare_digest(token.encode(), submitted.encode())
     )
+
+
+def bearer_ok(request: Request, token: str | None) -> bool:
+    """Whether the request carries ``Authorization: Bearer <token>`` (never without one)."""
+    if not token:
+        return False
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode(), token.encode()
+    )
