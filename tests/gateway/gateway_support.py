@@ -40,12 +40,19 @@ def start_gateway(processes: Processes, receiver: Receiver, *extra: str) -> Gate
         processes.url,
         *extra,
     )
-    assert proc.popen.stdout is not None
-    line = proc.popen.stdout.readline()  # blocks until ready, or EOF if it failed
-    if " on http://" not in line:
-        proc.kill()
-        raise RuntimeError(f"the gateway did not start: {line!r}\n{proc.popen.stderr.read()}")  # type: ignore[union-attr]
+    line = first_line(proc, " on http://")
     return Gateway(proc, line.split(" on ", 1)[1].split()[0])
+
+
+def first_line(proc: Process, expected: str) -> str:
+    """The first line ``proc`` prints, which says it is ready; it blocks until then (or
+    until the process exits, which fails with its output)."""
+    assert proc.popen.stdout is not None and proc.popen.stderr is not None
+    line = proc.popen.stdout.readline()
+    if expected not in line:
+        proc.kill()
+        raise RuntimeError(f"{proc.argv}: not ready: {line!r}\n{proc.popen.stderr.read()}")
+    return line
 
 
 def wait_for_waiters(gateway: Gateway, key: str, count: int, timeout: float = 60.0) -> None:

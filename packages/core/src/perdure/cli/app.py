@@ -471,6 +471,69 @@ def gateway_serve_cmd(
     )
 
 
+@gateway_app.command("mcp")
+def gateway_mcp_cmd(
+    name: Annotated[
+        str,
+        typer.Option("--name", help="The upstream server's name (its ledger scope is mcp:NAME)."),
+    ],
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="After --: the command that starts the upstream server over stdio.",
+            show_default=False,
+        ),
+    ] = None,
+    upstream: Annotated[
+        str | None,
+        typer.Option("--upstream", help="The upstream's streamable-HTTP URL.", show_default=False),
+    ] = None,
+    read_only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--read-only",
+            help="A tool to pass through although the upstream does not annotate it "
+            "readOnlyHint (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
+    url: Url = None,
+    listen: Annotated[
+        str, typer.Option("--listen", help="HOST:PORT to listen on (:0 picks a free port).")
+    ] = "127.0.0.1:8781",
+    retention: Annotated[
+        str, typer.Option("--retention", help="How long answered keys are kept, e.g. 24h, 7d.")
+    ] = "24h",
+    timeout: Annotated[
+        str,
+        typer.Option(
+            "--timeout", help="How long a tool call may take; past it the outcome is unknown."
+        ),
+    ] = "60s",
+    require_key: Annotated[
+        bool,
+        typer.Option(
+            "--require-key", help="Refuse side-effecting calls without an idempotency key."
+        ),
+    ] = False,
+) -> None:
+    """Serve the MCP proxy: tools/call of side-effecting tools with an idempotency key in
+    _meta reach the upstream MCP server once."""
+    guard(
+        lambda: gateway_mod.serve_mcp(
+            url,
+            listen,
+            name,
+            upstream,
+            command or [],
+            read_only or [],
+            parse_duration("--retention", retention),
+            parse_duration("--timeout", timeout),
+            require_key,
+        )
+    )
+
+
 @gateway_app.command("status")
 def gateway_status_cmd(
     url: Url = None,

@@ -4,6 +4,7 @@ its ledger."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import time
 from collections.abc import Sequence
@@ -21,8 +22,6 @@ class Format(str, Enum):
 
 
 def _need_extra() -> None:
-    import importlib.util
-
     missing = [m for m in ("httpx", "starlette", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
         raise CliError(
@@ -153,3 +152,57 @@ async def forget(url: str | None, upstream: str, key: str) -> int:
         raise CliError(f"the gateway ledger has no attempt {upstream}/{key}", EXIT_NOT_FOUND)
     err().print(f"forgot {upstream}/{key}: the next call with this key is forwarded", markup=False)
     return 0
+
+
+def serve_mcp(
+    url: str | None,
+    listen: str,
+    name: str,
+    upstream: str | None,
+    command: Sequence[str],
+    read_only: Sequence[str],
+    retention: float,
+    timeout: float,
+    require_key: bool,
+) -> None:
+    _need_extra()
+    if importlib.util.find_spec("mcp") is None:
+        raise CliError(
+            "the MCP proxy needs the gateway extra: pip install 'perdure[gateway]' (missing: mcp)",
+            EXIT_CONFIG,
+        )
+    from mcp import StdioServerParameters
+
+    from perdure.gateway.mcp_proxy import McpSettings, create_mcp_app
+    from perdure.gateway.serve import bind
+    from perdure.gateway.serve import serve as run_server
+
+    if (upstream is None) == (not command):
+        raise CliError("give the upstream MCP server: --upstream URL or -- COMMAND...", EXIT_CONFIG)
+    target: str | StdioServerParameters
+    if upstream is not None:
+        from perdure.gateway.upstreams import check_url
+
+        target = check_url(name, upstream)
+    else:
+        target = StdioServerParameters(command=command[0], args=list(command[1:]))
+    resolved = resolve_url(url)
+    settings = McpSettings(
+        url=resolved,
+        name=name,
+        upstream=target,
+        read_only=tuple(read_only),
+        retention=retention,
+        timeout=timeout,
+        require_key=require_key,
+    )
+    asyncio.run(_check_ledger(resolved))
+    sock = bind(listen)
+    shown = upstream if upstream is not None else " ".join(command)
+    run_server(
+        create_mcp_app(settings),
+        sock,
+        lambda address: (
+            f"perdure gateway (MCP {name}) on {address}/mcp -> {shown}; ledger {mask_url(resolved)}"
+        ),
+    )

@@ -1,0 +1,108 @@
+"""The MCP proxy (``perdure gateway mcp``) in front of a small real MCP server, both in
+subprocesses; tool calls are counted at the receiver the upstream's tools post to."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from gateway_support import first_line
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from perdure.testing import Processes, Receiver
+
+pytestmark = pytest.mark.perdure_only(
+    "sqlite", "postgresql", reason="the gateway's ledger lives in a SQLite or PostgreSQL store"
+)
+
+
+def _text(result: Any) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
+
+
+def _start(processes: Processes, upstream: str) -> tuple[Any, str]:
+    proc = processes.spawn(
+        "-m",
+        "perdure",
+        "gateway",
+        "mcp",
+        "--name",
+        "mail",
+        "--upstream",
+        upstream,
+        "--listen",
+        "127.0.0.1:0",
+        "--url",
+        processes.url,
+    )
+    line = first_line(proc, " on http://")
+    return proc, line.split(" on ", 1)[1].split()[0]
+
+
+async def test_the_mcp_proxy_sends_a_side_effecting_call_once_per_key(
+    receiver: Receiver, processes: Processes
+) -> None:
+    upstream = first_line(processes.spawn("tests/gateway/mcp_upstream.py"), "mcp upstream on ")
+    upstream_url = upstream.split(" on ", 1)[1].strip()
+    proxy, url = _start(processes, upstream_url)
+    key = {"idempotency-key": "mail-1"}
+
+    async with Client(url) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(tools) == {"send_mail", "lookup", "archive"}  # listed through the proxy
+
+        first = await client.call_tool("send_mail", {"to": "ada"}, meta=key)
+        again = await client.call_tool("send_mail", {"to": "ada"}, meta=key)
+        assert _text(first) == _text(again) == "mcp_mail-1"
+        assert (again.meta or {}).get("idempotent-replayed") is True
+        assert receiver.requests["mcp_mail"] == 1
+
+        # Concurrent duplicates: one reaches the upstream.
+        hold = receiver.hold("mcp_archive", "before")
+        calls = [
+            asyncio.ensure_future(
+                client.call_tool("archive", {"order": "7"}, meta={"idempotency-key": "arch-7"})
+            )
+            for _ in range(3)
+        ]
+        await asyncio.to_thread(receiver.wait_held, hold)
+        hold.release.set()
+        answers = await asyncio.gather(*calls)
+        assert {_text(a) for a in answers} == {"mcp_archive-1"}
+        assert receiver.requests["mcp_archive"] == 1  # not annotated: side-effecting
+
+        # A read-only tool, and a call without a key, pass through every time.
+        await client.call_tool("lookup", {"order": "7"}, meta={"idempotency-key": "look"})
+        await client.call_tool("lookup", {"order": "7"}, meta={"idempotency-key": "look"})
+        assert receiver.requests["mcp_lookup"] == 2
+        await client.call_tool("send_mail", {"to": "bob"})
+        assert receiver.requests["mcp_mail"] == 2
+
+        # The key reused for other arguments is refused with a typed error.
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("send_mail", {"to": "eve"}, meta=key)
+        assert refused.value.data["error"] == "idempotency_key_reused"
+        assert receiver.requests["mcp_mail"] == 2
+
+    # A proxy killed mid-call: after a restart the outcome is reported unknown, not re-sent.
+    hold = receiver.hold("mcp_mail", "after")
+
+    async def lose() -> None:
+        async with Client(url) as client:
+            await client.call_tool("send_mail", {"to": "zed"}, meta={"idempotency-key": "mail-z"})
+
+    lost = asyncio.ensure_future(lose())
+    await asyncio.to_thread(receiver.wait_held, hold)
+    proxy.kill()
+    hold.release.set()
+    with pytest.raises(Exception):  # noqa: B017 - the client's transport error, whichever
+        await lost
+    _, url = _start(processes, upstream_url)
+    async with Client(url) as client:
+        with pytest.raises(MCPError) as unknown:
+            await client.call_tool("send_mail", {"to": "zed"}, meta={"idempotency-key": "mail-z"})
+    assert unknown.value.data["error"] == "outcome_unknown"
+    assert unknown.value.data["upstream"] == "mcp:mail"
+    assert receiver.requests["mcp_mail"] == 3  # the lost call reached it once, never again
