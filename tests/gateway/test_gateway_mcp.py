@@ -4,6 +4,7 @@ subprocesses; tool calls are counted at the receiver the upstream's tools post t
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from perdure.testing import Processes, Receiver
 pytestmark = pytest.mark.perdure_only(
     "sqlite", "postgresql", reason="the gateway's ledger lives in a SQLite or PostgreSQL store"
 )
+
+UPSTREAM = Path(__file__).with_name("mcp_upstream.py")
 
 
 def _text(result: Any) -> str:
@@ -44,7 +47,7 @@ def _start(processes: Processes, upstream: str) -> tuple[Any, str]:
 async def test_the_mcp_proxy_sends_a_side_effecting_call_once_per_key(
     receiver: Receiver, processes: Processes
 ) -> None:
-    upstream = first_line(processes.spawn("tests/gateway/mcp_upstream.py"), "mcp upstream on ")
+    upstream = first_line(processes.spawn(str(UPSTREAM)), "mcp upstream on ")
     upstream_url = upstream.split(" on ", 1)[1].strip()
     proxy, url = _start(processes, upstream_url)
     key = {"idempotency-key": "mail-1"}
