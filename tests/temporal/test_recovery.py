@@ -3,6 +3,8 @@ timeout, and Temporal retries it on another worker of the task queue."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from perdure import RunStatus
 from perdure.registry import open_backend
 from perdure.testing import Processes, Receiver
 from perdure_temporal import TemporalUrl
+from perdure_temporal.devserver import DevServer, free_port
 from perdure_temporal.testing import fresh_url
 
 CONFORMANCE = Path(__file__).parent.parent / "conformance"
@@ -107,3 +110,69 @@ async def test_a_temporal_reset_past_an_intent_parks_the_run_instead_of_resendin
             assert receiver.requests["mail"] == 1  # never sent again blindly
     finally:
         await backend.close()
+
+
+async def _unrecorded_steps(client: Client, workflow_id: str) -> list[str]:
+    """The step keys the run's running drive heartbeated as not yet recorded."""
+    desc = await client.get_workflow_handle(workflow_id).describe()
+    keys: list[str] = []
+    for pending in desc.raw_description.pending_activities:
+        for payload in pending.heartbeat_details.payloads:
+            details = client.data_converter.payload_converter.from_payload(payload)
+            keys += [row["step_key"] for row in details.get("unrecorded") or ()]
+    return keys
+
+
+async def test_a_completion_whose_record_never_landed_survives_the_sigkill_of_its_worker(
+    tmp_path: Path,
+) -> None:
+    """The drive ran a non-idempotent effect, but no workflow worker was there to take
+    its record; the drive's process is SIGKILLed, and the server restarts (which drops
+    the record it had not yet accepted). The next attempt, on another worker, records
+    the completion from the killed attempt's last heartbeat instead of parking the run
+    on an unknown outcome (or sending the email again)."""
+    server = DevServer(port=free_port(), db_file=tmp_path / "temporal.db")
+    await asyncio.to_thread(server.start)
+    tag = uuid.uuid4().hex[:12]
+    url = server.url(
+        task_queue=f"t-{tag}",
+        id_prefix=f"{tag}-",
+        payloads=str(tmp_path / "p"),
+        heartbeat_timeout=3,
+    )
+    wid = f"{tag}-unrecorded"
+    with Receiver() as receiver:
+        env = {"PERDURE_TEST_RECEIVER": receiver.url}
+        everyone = Processes(url, env=env, pythonpath=[CONFORMANCE])
+        workflows = Processes(f"{url}&role=workflows", env=env, pythonpath=[CONFORMANCE])
+        drives = Processes(f"{url}&role=drives", env=env, pythonpath=[CONFORMANCE])
+        observer = open_backend(f"{url}&role=drives")  # reads only: no workflow tasks here
+        try:
+            hold = receiver.hold("email", "after")
+            tasks = workflows.worker("scenarios")
+            driver = drives.drive("scenarios", "refund", "42", run_id="unrecorded")
+            receiver.wait_held(hold)
+            tasks.kill()  # the email's record will find no workflow worker
+            hold.release.set()
+            client = await Client.connect(server.target)
+            deadline = time.monotonic() + 120
+            while "3:email" not in await _unrecorded_steps(client, wid):
+                assert time.monotonic() < deadline, driver.output()
+                await asyncio.sleep(0.1)  # polls the server's state; no ordering assumed
+            driver.kill()
+            await asyncio.to_thread(server.stop)
+            await asyncio.to_thread(server.start)
+            everyone.worker("scenarios")
+
+            await observer.open()
+            info = await observer.wait("unrecorded", timeout=120, drive=False)
+            assert info.status is RunStatus.SUCCEEDED, info.attention
+            assert receiver.applied["email"] == 1
+            history = await observer.history("unrecorded")
+            emails = [e for e in history if e.step_key == "3:email"]
+            assert [e.kind.value for e in emails] == ["intent", "step_completed"]
+        finally:
+            for procs in (everyone, workflows, drives):
+                procs.close()
+            await observer.close()
+            await asyncio.to_thread(server.stop)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -173,6 +174,26 @@ class Backend(ABC):
     @abstractmethod
     async def serve(self, *, stop: asyncio.Event, concurrency: int = 100) -> None:
         """Be a worker: recover and drive due runs of every registered workflow until ``stop``."""
+
+
+def run_filter(
+    *,
+    statuses: Sequence[RunStatus] | None = None,
+    older_than: float | None = None,
+    workflow: str | None = None,
+) -> Callable[[RunInfo], bool]:
+    """``list_runs``' arguments as a test of one run, for a backend whose substrate
+    cannot filter (or filters only roughly) by perdure's fields."""
+    before = None if older_than is None else time.time() - older_than
+
+    def wanted(info: RunInfo) -> bool:
+        if statuses is not None and info.status not in statuses:
+            return False
+        if workflow is not None and info.workflow != workflow:
+            return False
+        return before is None or info.updated_at <= before
+
+    return wanted
 
 
 class RunHandle:

@@ -39,8 +39,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from perdure.backend import Backend, ReconcileOutcome, RunHandle
-from perdure.engine.driver import encode_input
+from perdure.backend import Backend, ReconcileOutcome, RunHandle, run_filter
 from perdure.errors import (
     BackendUnavailableError,
     ConfigurationError,
@@ -48,6 +47,7 @@ from perdure.errors import (
     RunNotFoundError,
 )
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus
+from perdure.semantics import events, guards
 from perdure.serialization import to_jsonable
 from perdure.workflow import Workflow, registered_workflows
 from perdure_temporal.codec import Values
@@ -125,8 +125,10 @@ class TemporalBackend(Backend):
                 raise BackendUnavailableError(
                     f"Temporal at {cfg.target} (namespace {cfg.namespace!r}) is unavailable: {exc}"
                 ) from exc
-            workflows = WorkflowWorker(connect, cfg.task_queue)
-            await asyncio.to_thread(workflows.start)
+            workflows: WorkflowWorker | None = None
+            if cfg.role != "drives":
+                workflows = WorkflowWorker(connect, cfg.task_queue)
+                await asyncio.to_thread(workflows.start)
             self._client = client
             self._workflows = workflows
 
@@ -154,10 +156,11 @@ class TemporalBackend(Backend):
         if workflows is not None:
             await asyncio.to_thread(workflows.stop)
 
-    async def _ensure_drives(self, concurrency: int = DEFAULT_CONCURRENCY) -> Drives:
-        """Run drives in this process (on this loop) from now on."""
+    async def _ensure_drives(self, concurrency: int = DEFAULT_CONCURRENCY) -> Drives | None:
+        """Run drives in this process (on this loop) from now on, unless its role is
+        ``workflows`` (then drives run in other processes)."""
         await self.open()
-        if self._drives is None:
+        if self._drives is None and self.config.role != "workflows":
             drives = Drives(self.url, self.client, self.values)
             worker = drive_worker(
                 self.client,
@@ -228,7 +231,8 @@ class TemporalBackend(Backend):
             query += f" AND PerdureStatus IN ({', '.join(_quote(s.value) for s in statuses)})"
         if workflow is not None:
             query += f" AND PerdureWorkflow = {_quote(workflow)}"
-        before = None if older_than is None else time.time() - older_than
+        # Visibility lags a moment behind the memo: the memo decides.
+        wanted = run_filter(statuses=statuses, older_than=older_than, workflow=workflow)
         prefix = self.config.id_prefix
         out: list[RunInfo] = []
         async for wf in self.client.list_workflows(query, page_size=min(max(limit, 10), 1000)):
@@ -238,9 +242,7 @@ class TemporalBackend(Backend):
                 info = await self._info_from_memo(wf.id[len(prefix) :], await wf.memo())
             except RunNotFoundError:
                 continue
-            if statuses is not None and info.status not in statuses:
-                continue  # visibility lags a moment behind the memo
-            if before is not None and info.updated_at >= before:
+            if not wanted(info):
                 continue
             out.append(info)
             if len(out) >= limit:
@@ -274,7 +276,7 @@ class TemporalBackend(Backend):
     ) -> RunHandle:
         await self._ensure_drives()
         now = time.time()
-        text, ref = await self.values.pack(encode_input(run_id, args, kwargs))
+        text, ref = await self.values.pack(events.encode_input(run_id, args, kwargs))
         run: dict[str, Any] = {
             "run_id": run_id,
             "workflow": workflow.name,
@@ -445,17 +447,8 @@ class TemporalBackend(Backend):
 
     async def resume(self, run_id: str) -> RunInfo:
         await self.open()
-        info = await self.get_run(run_id)
-        if info.attention and info.attention.get("reason") == "unknown-outcome":
-            raise InvalidRunStateError(
-                f"run {run_id!r} waits for the outcome of step "
-                f"{info.attention.get('step_key')!r}; use reconcile, not resume"
-            )
-        return await self._admin_append(
-            run_id,
-            [NewEvent(EventKind.RECONCILED, data={"outcome": "resume"})],
-            expect=(RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION),
-        )
+        guards.check_can_resume(await self.get_run(run_id))
+        return await self._admin_append(run_id, [events.resumed()], expect=guards.RESUMABLE)
 
     async def reconcile(
         self,
@@ -468,29 +461,15 @@ class TemporalBackend(Backend):
         by: str | None = None,
     ) -> RunInfo:
         await self.open()
-        info = await self.get_run(run_id)
-        parked = (info.attention or {}).get("step_key")
-        if info.status is not RunStatus.NEEDS_ATTENTION or parked != step_key:
-            raise InvalidRunStateError(
-                f"run {run_id!r} has no unknown outcome at step {step_key!r} "
-                f"(status {info.status.value}, parked step {parked!r})"
-            )
-        data: dict[str, Any] = {"outcome": outcome, "by": by, "message": message}
-        if outcome == "succeeded":
-            data["result"] = to_jsonable(result, f"reconciled result of step {step_key!r}")
-        elif outcome == "failed":
-            data["error"] = {"type": "Reconciled", "message": message or "marked failed"}
-        return await self._admin_append(
-            run_id,
-            [NewEvent(EventKind.RECONCILED, step_key, step_key.partition(":")[2], data)],
-            expect=(RunStatus.NEEDS_ATTENTION,),
-        )
+        guards.check_can_reconcile(await self.get_run(run_id), step_key)
+        verdict = events.reconciled(step_key, outcome, result=result, message=message, by=by)
+        return await self._admin_append(run_id, [verdict], expect=guards.RECONCILABLE)
 
     async def _admin_append(
-        self, run_id: str, events: list[NewEvent], *, expect: Sequence[RunStatus]
+        self, run_id: str, records: list[NewEvent], *, expect: Sequence[RunStatus]
     ) -> RunInfo:
         arg = {
-            "events": await self.values.new_events(events),
+            "events": await self.values.new_events(records),
             "expect": [s.value for s in expect],
             "status": RunStatus.SUSPENDED.value,
             "now": time.time(),

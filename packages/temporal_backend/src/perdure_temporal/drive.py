@@ -1,15 +1,21 @@
-"""``perdure.drive``: the activity that runs perdure's replay engine for one run.
+"""``perdure.drive``: the activity that runs perdure's semantics for one run.
 
 One attempt of a drive: ``begin`` (an update that admits this attempt and fences out
-every earlier one), read the run's history from Temporal, replay it through the
-workflow's code with the engine's own ``RunDriver`` — both framework adapters run
-unchanged, outside any sandbox — and record each new step as one ``append`` update
-fenced by this attempt. The attempt heartbeats; a worker that dies anywhere is a
-heartbeat timeout, and Temporal runs the next attempt on any worker of the task queue.
+every earlier one), read the run's history from Temporal, and run
+``perdure.semantics.drive`` on a ``DriveJournal`` — both framework adapters run
+unchanged, outside any sandbox — whose every append is one ``append`` update fenced by
+this attempt. The attempt heartbeats; a worker that dies anywhere is a heartbeat
+timeout, and Temporal runs the next attempt on any worker of the task queue.
+
+A step that ran but whose record did not land (the append failed, or the worker died
+while it was in flight) is not lost with the attempt: its completion travels in the
+attempt's heartbeat details, which Temporal hands to the next attempt on whichever
+worker, and that attempt records it instead of running the step again. A completion
+that never reached Temporal is re-driven by the step's own rules (a pure step or a
+deduplicating receiver runs again with the same key; a non-idempotent effect parks).
 
 A drive never fails the run for a transient reason: a Temporal state that does not pass
-within the retry budget unwinds the drive (the engine's ``SubstrateFault``, which user
-code cannot catch) and fails the attempt, so Temporal retries it on any worker.
+within the retry budget fails the attempt, and Temporal retries it on any worker.
 """
 
 from __future__ import annotations
@@ -19,111 +25,94 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from perdure.engine.driver import RunDriver
-from perdure.engine.outages import SubstrateFault
-from perdure.errors import Fault, LeaseLostError, classify
-from perdure.records import Event, NewEvent, RunInfo, SignalRecord
-from perdure.store import Lease, RunUpdate
+from perdure.errors import LeaseLostError, PerdureError, SubstrateError, classify
+from perdure.records import EventKind, NewEvent, RunInfo, SignalRecord
+from perdure.semantics import Drained, drive, park_broken
+from perdure.store import RunUpdate
+from perdure.telemetry import DriveObserver
 from perdure.workflow import get_workflow
 from perdure_temporal.codec import Values
 from perdure_temporal.faults import is_transient, ride_out
 from perdure_temporal.history import read_history
 from perdure_temporal.workflow import DRIVE_ACTIVITY, INVALID_STATE, STALE_DRIVE
 
-if TYPE_CHECKING:
-    from perdure.engine.backend import EmbeddedBackend
-
 log = logging.getLogger("perdure.temporal")
 
+#: ``ApplicationError.type`` of a drive attempt that stopped for a transient reason.
+INTERRUPTED = "PerdureDriveInterrupted"
 
-class _Stop(Exception):
-    """The drive stopped at a step boundary so that the next drive goes on."""
 
-
-class DriveStore:
-    """What ``RunDriver`` asks of a store, for one drive attempt: the run and history
-    read at ``begin``, signals from the inbox as it was then, and fenced appends."""
+class DriveJournal:
+    """The ``perdure.semantics.Journal`` of one drive attempt: fenced ``append``
+    updates to the run's workflow, and its inbox as ``begin`` and each append saw it."""
 
     def __init__(
         self,
         drives: Drives,
-        run_id: str,
+        handle: WorkflowHandle[Any, Any],
         info: RunInfo,
-        rows: list[dict[str, Any]],
-        signals: list[dict[str, Any]],
+        begun: dict[str, Any],
     ) -> None:
         self.drives = drives
-        self.url = drives.url
-        self.run_id = run_id
-        self._info = info
-        self._rows = rows
-        self._signals = signals
+        self.handle = handle
+        self.info = info
+        self.fence = int(begun["fence"])
+        self.next_seq = int(begun["next_seq"])
+        self._cancel = bool(begun["run"].get("cancel_requested"))
+        self._signals: list[dict[str, Any]] = list(begun["signals"])
         #: Set when the drive should stop before its next step (history full, worker
         #: draining); the step in hand still records.
         self.stopping = False
-        #: Why the drive stopped without finishing, if it did.
-        self.interrupted: BaseException | None = None
         self.last_step: str | None = None
+        #: Completions sent in an append that has not been acknowledged (as packed for
+        #: the update): the heartbeat carries them to the next attempt.
+        self.unrecorded: list[dict[str, Any]] = []
+        self.observer = DriveObserver(info.run_id)
 
-    async def get_run(self, run_id: str) -> RunInfo:
-        return self._info
+    # -- Journal ---------------------------------------------------------------------
 
-    async def load_history(self, run_id: str) -> list[Event]:
-        return await self.drives.values.events(run_id, self._rows)
+    @property
+    def run_id(self) -> str:
+        return self.info.run_id
 
-    async def next_signal(self, run_id: str, name: str) -> SignalRecord | None:
-        for rec in self._signals:
-            if rec["name"] == name:
-                payload: Any = rec.get("payload")
-                if rec.get("payload_ref") is not None:
-                    payload = await self.drives.values.unpack(
-                        None, rec["payload_ref"], run_id, None, f"signal {name!r}"
-                    )
-                return SignalRecord(
-                    int(rec["signal_id"]),
-                    run_id,
-                    name,
-                    payload,
-                    rec.get("sent_by"),
-                    float(rec["sent_at"]),
-                )
-        return None
+    @property
+    def url(self) -> str:
+        return self.drives.url
 
-    def classify(self, exc: BaseException) -> Fault | None:
-        """Temporal's passing states are transient (the drive fails, Temporal retries
-        it); the rest as perdure classifies them."""
-        return "transient" if is_transient(exc) else classify(exc)
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel
 
-    async def release(self, lease: Lease) -> None:
-        """The drive stopped at a step boundary (drain, history full): the activity
-        returns and the workflow schedules the next drive; nothing to give back."""
-        self.interrupted = _Stop("stopped at a step boundary")
+    @property
+    def draining(self) -> bool:
+        """Stop before the next step: the worker shuts down, or the history is full."""
+        return self.stopping or self.drives.draining
 
     async def append(
         self,
-        lease: Lease,
         events: Sequence[NewEvent],
         *,
-        lease_seconds: float,
         update: RunUpdate | None = None,
         consume_signal: int | None = None,
     ) -> None:
+        started = time.perf_counter()
+        values = self.drives.values
+        packed = await values.new_events(events)
         arg: dict[str, Any] = {
-            "fence": lease.fence,
+            "fence": self.fence,
             "now": time.time(),
-            "events": await self.drives.values.new_events(events),
+            "events": packed,
             "consume_signal": consume_signal,
             "update": None,
         }
         if update is not None:
-            text, ref = await self.drives.values.pack(update.result)
+            text, ref = await values.pack(update.result)
             arg["update"] = {
                 "status": update.status.value,
                 "result": text,
@@ -133,40 +122,71 @@ class DriveStore:
                 "wake_at": update.wake_at,
                 "attention": update.attention,
             }
-        handle = self.drives.client.get_workflow_handle(self.drives.workflow_id(self.run_id))
+        done = [e for e in packed if e["kind"] == EventKind.STEP_COMPLETED.value]
+        if done:
+            # Before the record is sent: if it never lands, the next attempt has it.
+            self.unrecorded = done
+            self.heartbeat()
         # One id per record: a resend after a timed-out RPC is applied at most once.
-        update_id = f"append-{lease.fence}-{lease.next_seq}"
+        update_id = f"append-{self.fence}-{self.next_seq}"
         try:
             res: dict[str, Any] = await ride_out(
                 f"append to run {self.run_id!r}",
-                lambda: handle.execute_update("append", arg, id=update_id),
+                lambda: self.handle.execute_update("append", arg, id=update_id),
             )
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             if isinstance(cause, ApplicationError) and cause.type in (STALE_DRIVE, INVALID_STATE):
                 raise LeaseLostError(cause.message) from None
             raise
+        self.unrecorded = []
         self._signals = [s for s in res.get("signals", ()) if s["signal_id"] != consume_signal]
-        lease.next_seq = int(res["next_seq"])
-        lease.cancel_requested = bool(res["cancel_requested"])
+        self.next_seq = int(res["next_seq"])
+        self._cancel = bool(res["cancel_requested"])
         self.last_step = next((e.step_key for e in reversed(events) if e.step_key), self.last_step)
         if res.get("history_full"):
-            self.stopping = True  # the engine stops before the next step (``draining``)
+            self.stopping = True  # the semantics stop before the next step (``draining``)
+        self.observer.appended(events, time.perf_counter() - started)
+
+    async def next_signal(self, name: str) -> SignalRecord | None:
+        for rec in self._signals:
+            if rec["name"] == name:
+                payload: Any = rec.get("payload")
+                if rec.get("payload_ref") is not None:
+                    payload = await self.drives.values.unpack(
+                        None, rec["payload_ref"], self.run_id, None, f"signal {name!r}"
+                    )
+                return SignalRecord(
+                    int(rec["signal_id"]),
+                    self.run_id,
+                    name,
+                    payload,
+                    rec.get("sent_by"),
+                    float(rec["sent_at"]),
+                )
+        return None
+
+    # -- heartbeats ------------------------------------------------------------------
+
+    def heartbeat(self) -> None:
+        """The last recorded step, and the completions not yet acknowledged."""
+        activity.heartbeat({"step": self.last_step, "unrecorded": self.unrecorded})
 
 
-@dataclass
-class _Host:
-    """The part of a backend ``RunDriver`` reads."""
-
-    store: DriveStore
-    url: str
-    lease_seconds: float
-    replay_only: bool = False
-
-    @property
-    def draining(self) -> bool:
-        """Stop before the next step: the worker shuts down, or the history is full."""
-        return self.store.stopping or self.store.drives.draining
+async def carried_from(
+    values: Values, run_id: str, rows: Sequence[dict[str, Any]]
+) -> dict[str, NewEvent]:
+    """The completions an earlier attempt ran but may not have recorded (``unrecorded``
+    of its last heartbeat), by step key. Replay prefers what the history holds."""
+    out: dict[str, NewEvent] = {}
+    for row in rows:
+        data = await values.unpack(
+            row.get("data"), row.get("data_ref"), run_id, None, f"completion of {row['step_key']!r}"
+        )
+        out[str(row["step_key"])] = NewEvent(
+            EventKind(row["kind"]), row["step_key"], row.get("name"), data
+        )
+    return out
 
 
 class Drives:
@@ -202,53 +222,64 @@ class Drives:
             if isinstance(cause, ApplicationError) and cause.type in (STALE_DRIVE, INVALID_STATE):
                 return {"stale": True}  # a later attempt, or the run's end, came first
             raise
-        rows = await ride_out(
-            f"history of run {run_id!r}",
-            lambda: read_history(self.client, self.workflow_id(run_id)),
-        )
         run_info = await self.values.info(begun["run"])
-        store = DriveStore(self, run_id, run_info, rows, list(begun["signals"]))
-        workflow = get_workflow(run_info.workflow)
-        lease = Lease(
-            run_id,
-            f"{self.client.identity}#{arg['drive']}.{info.attempt}",
-            int(begun["fence"]),
-            int(begun["next_seq"]),
-            bool(begun["run"].get("cancel_requested")),
-        )
-        host = _Host(store, self.url, float(self.config.heartbeat_timeout))
-        driver = RunDriver(cast("EmbeddedBackend", host), lease, workflow)
+        journal = DriveJournal(self, handle, run_info, begun)
+        # Kept in this attempt's heartbeats until an append lands (a second crash).
+        journal.unrecorded = _unrecorded(info.heartbeat_details)
+        carried = await carried_from(self.values, run_id, journal.unrecorded)
+        # The task copies the activity's context (heartbeats need it), which holds no run.
         task = asyncio.get_running_loop().create_task(
-            driver.drive(), name=f"perdure-drive-{run_id}"
+            self._drive(journal, carried), name=f"perdure-drive-{run_id}"
         )
         self.running[run_id] = task
-        beat = asyncio.get_running_loop().create_task(self._heartbeat(store))
+        beat = asyncio.get_running_loop().create_task(self._heartbeat(journal))
         try:
-            status = await self._await_drive(task, store)
-        except SubstrateFault as fault:
-            # Transient (a permanent one parked the run): this attempt fails, Temporal
-            # runs the next after its backoff, on this worker or another.
-            raise ApplicationError(
-                f"drive of run {run_id!r}: Temporal is unavailable: {fault.error}",
-                type="PerdureDriveInterrupted",
-            ) from None
+            return await self._await_drive(task)
         finally:
             beat.cancel()
             with contextlib.suppress(BaseException):
                 await beat
             if self.running.get(run_id) is task:
                 del self.running[run_id]
-        if status is None:
-            if isinstance(store.interrupted, _Stop):
-                return {"again": True}
-            # A transient outage, or a later attempt took over: Temporal retries.
-            raise ApplicationError(
-                f"drive of run {run_id!r} stopped: {store.interrupted or 'superseded'}",
-                type="PerdureDriveInterrupted",
+
+    async def _drive(self, journal: DriveJournal, carried: dict[str, NewEvent]) -> dict[str, Any]:
+        """One attempt, to the run's next stop; what the workflow does next."""
+        run_id = journal.run_id
+        try:
+            rows = await ride_out(
+                f"history of run {run_id!r}",
+                lambda: read_history(self.client, self.workflow_id(run_id)),
             )
+            history = await self.values.events(run_id, rows)
+        except Exception as exc:
+            if _transient(exc):
+                raise _interrupted(journal, exc) from None
+            log.error("run %s cannot be replayed: %s", run_id, exc)
+            return {"status": (await park_broken(journal, exc)).value}
+        journal.observer.began(journal.info)
+        workflow = get_workflow(journal.info.workflow)
+        try:
+            status = await drive(journal, workflow, journal.info.input, history, carried=carried)
+        except LeaseLostError:
+            # A later attempt (or the run's end) came first; nothing of ours stands.
+            journal.observer.ended(None)
+            return {"stale": True}
+        except Drained:
+            journal.observer.ended(None)
+            return {"again": True}  # the workflow schedules the next drive
+        except Exception as exc:
+            journal.observer.ended(None, exc)
+            if _transient(exc):
+                raise _interrupted(journal, exc) from None
+            log.error("run %s: Temporal refused: %s; parking it", run_id, exc)
+            error = exc
+            if not isinstance(error, PerdureError):
+                error = SubstrateError(f"{type(exc).__name__}: {exc}")
+            status = await park_broken(journal, error)
+        journal.observer.ended(status)
         return {"status": status.value}
 
-    async def _await_drive(self, task: asyncio.Task[Any], store: DriveStore) -> Any:
+    async def _await_drive(self, task: asyncio.Task[dict[str, Any]]) -> dict[str, Any]:
         """The drive's result. A cancellation of the activity (its workflow closed or
         was reset, or the worker's drain period ran out) stops the drive at once."""
         try:
@@ -260,12 +291,36 @@ class Drives:
                     await task
             raise
 
-    async def _heartbeat(self, store: DriveStore) -> None:
+    async def _heartbeat(self, journal: DriveJournal) -> None:
         """Heartbeat with the last recorded step; when the worker begins to shut down,
         let the drive finish the step in hand and stop at the next boundary (drain)."""
         period = max(float(self.config.heartbeat_timeout) / 4, 0.2)
         while True:
-            activity.heartbeat(store.last_step)
+            journal.heartbeat()
             if activity.is_worker_shutdown():
-                store.stopping = True
-            await asyncio.sleep(min(period, 0.5) if not store.stopping else period)
+                journal.stopping = True
+            await asyncio.sleep(min(period, 0.5) if not journal.stopping else period)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Temporal's passing states, and what perdure classifies as transient."""
+    return is_transient(exc) or classify(exc) == "transient"
+
+
+def _interrupted(journal: DriveJournal, exc: BaseException) -> ApplicationError:
+    """This attempt fails (Temporal retries it, on this worker or another) with its
+    unacknowledged completions in its last heartbeat, for the next attempt."""
+    journal.heartbeat()
+    return ApplicationError(
+        f"drive of run {journal.run_id!r} interrupted: {type(exc).__name__}: {exc}",
+        type=INTERRUPTED,
+    )
+
+
+def _unrecorded(details: Sequence[Any]) -> list[dict[str, Any]]:
+    """The unacknowledged completions in an earlier attempt's last heartbeat."""
+    last = details[-1] if details else None
+    return list(last.get("unrecorded") or ()) if isinstance(last, dict) else []
+
+
+__all__ = ["INTERRUPTED", "DriveJournal", "Drives", "carried_from"]

@@ -23,6 +23,9 @@ _NAME = re.compile(r"^[A-Za-z0-9_.:@/-]+$")
 DEFAULT_HEARTBEAT_TIMEOUT = 10.0
 #: Seconds one drive (up to the run's next wait) may take at most.
 DEFAULT_DRIVE_TIMEOUT = 24 * 3600.0
+#: What a process opening the URL works on: ``perdure.run`` workflow tasks, drives, or
+#: both (Temporal's usual split of workflow and activity workers, when wanted).
+ROLES = ("all", "workflows", "drives")
 
 _KNOWN = {
     "task_queue",
@@ -33,6 +36,7 @@ _KNOWN = {
     "history_limit",
     "heartbeat_timeout",
     "drive_timeout",
+    "role",
     # connection (see perdure_temporal.connection)
     "profile",
     "tls",
@@ -59,7 +63,10 @@ class TemporalUrl:
     ``history_limit`` is the number of history events after which a run's workflow
     continues as new; ``heartbeat_timeout`` the seconds without a heartbeat after which
     Temporal takes a drive's worker for dead and retries the drive on another, and
-    ``drive_timeout`` the most one drive (up to the run's next wait) may take.
+    ``drive_timeout`` the most one drive (up to the run's next wait) may take;
+    ``role`` what a process opening the URL works on: ``all`` (the default: workflow
+    tasks and drives), ``workflows`` (only the small ``perdure.run`` tasks) or
+    ``drives`` (only drives, which run the user's code).
     """
 
     url: str
@@ -73,6 +80,7 @@ class TemporalUrl:
     history_limit: int
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
     drive_timeout: float = DEFAULT_DRIVE_TIMEOUT
+    role: str = "all"
     #: Connection settings beyond host and namespace: ``profile`` (a
     #: ``temporalio.envconfig`` profile), ``tls``, ``tls_ca``/``tls_cert``/``tls_key``
     #: (PEM files), ``tls_server_name``, ``api_key_env`` (the variable holding the key).
@@ -144,6 +152,11 @@ class TemporalUrl:
         state = query.get("state") or f"sqlite:///{payloads / 'perdure-state.db'}"
         heartbeat = _seconds(url, query, "heartbeat_timeout", DEFAULT_HEARTBEAT_TIMEOUT)
         drive_timeout = _seconds(url, query, "drive_timeout", DEFAULT_DRIVE_TIMEOUT)
+        role = query.get("role") or "all"
+        if role not in ROLES:
+            raise ConfigurationError(
+                f"Temporal URL {url!r}: role must be {', '.join(ROLES)}, not {role!r}"
+            )
         tls = query.get("tls")
         if tls is not None and tls not in ("true", "false", "1", "0"):
             raise ConfigurationError(f"Temporal URL {url!r}: tls must be true or false")
@@ -159,6 +172,7 @@ class TemporalUrl:
             connection=connection,
             heartbeat_timeout=heartbeat,
             drive_timeout=drive_timeout,
+            role=role,
             url=url,
             state=state,
             history_limit=int(raw_limit),

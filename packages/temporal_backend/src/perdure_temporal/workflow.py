@@ -232,17 +232,15 @@ class PerdureRun:
     def _check_begin(self, arg: dict[str, Any]) -> None:
         attempt = (int(arg["drive"]), int(arg["attempt"]))
         if attempt[0] != self.drives or attempt <= self.admitted:
-            raise ApplicationError(
+            raise _refused(
                 f"run {self.run['run_id']!r}: drive {attempt} is stale "
                 f"(drive {self.drives}, admitted {self.admitted})",
-                type=STALE_DRIVE,
-                non_retryable=True,
+                STALE_DRIVE,
             )
         if self.run["status"] in TERMINAL:
-            raise ApplicationError(
+            raise _refused(
                 f"run {self.run['run_id']!r} is {self.run['status']}",
-                type=INVALID_STATE,
-                non_retryable=True,
+                INVALID_STATE,
             )
 
     @workflow.update
@@ -279,11 +277,10 @@ class PerdureRun:
     @append.validator
     def _check_fence(self, arg: dict[str, Any]) -> None:
         if self.run["fence"] != arg["fence"]:
-            raise ApplicationError(
+            raise _refused(
                 f"run {self.run['run_id']!r}: drive with fence {arg['fence']} was "
                 f"superseded (fence now {self.run['fence']})",
-                type=STALE_DRIVE,
-                non_retryable=True,
+                STALE_DRIVE,
             )
 
     # -- everyone else's writes ----------------------------------------------------------
@@ -306,10 +303,9 @@ class PerdureRun:
     @deliver.validator
     def _check_deliver(self, arg: dict[str, Any]) -> None:
         if self.run["status"] in TERMINAL:
-            raise ApplicationError(
+            raise _refused(
                 f"run {self.run['run_id']!r} is {self.run['status']}; it takes no signals",
-                type=INVALID_STATE,
-                non_retryable=True,
+                INVALID_STATE,
             )
 
     def _receive(self, name: str, payload: Any, meta: dict[str, Any]) -> dict[str, Any]:
@@ -340,10 +336,9 @@ class PerdureRun:
     @request_cancel.validator
     def _check_cancel(self, arg: dict[str, Any]) -> None:
         if self.run["status"] in TERMINAL:
-            raise ApplicationError(
+            raise _refused(
                 f"run {self.run['run_id']!r} is already {self.run['status']}",
-                type=INVALID_STATE,
-                non_retryable=True,
+                INVALID_STATE,
             )
 
     @workflow.update
@@ -359,11 +354,10 @@ class PerdureRun:
     @admin_append.validator
     def _check_expected(self, arg: dict[str, Any]) -> None:
         if self.run["status"] not in arg["expect"]:
-            raise ApplicationError(
+            raise _refused(
                 f"run {self.run['run_id']!r} is {self.run['status']}; expected "
                 + " or ".join(arg["expect"]),
-                type=INVALID_STATE,
-                non_retryable=True,
+                INVALID_STATE,
             )
 
     # -- helpers --------------------------------------------------------------------------
@@ -400,6 +394,12 @@ class PerdureRun:
             updates.append(WORKFLOW.value_set(self.run["workflow"]))
         workflow.upsert_search_attributes(updates)
         workflow.upsert_memo({MEMO: {k: v for k, v in self.run.items() if k != "input"}})
+
+
+def _refused(message: str, kind: str) -> ApplicationError:
+    """A validator's refusal (``kind`` is ``STALE_DRIVE`` or ``INVALID_STATE``): the
+    update never reaches the history, and the caller raises the matching perdure error."""
+    return ApplicationError(message, type=kind, non_retryable=True)
 
 
 def initial_memo(run: dict[str, Any]) -> dict[str, Any]:
