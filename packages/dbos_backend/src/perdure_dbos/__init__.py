@@ -7,7 +7,11 @@ from perdure_dbos._backend import (
     open_backend,
     state_url,
 )
+from perdure_dbos._compat import refuse_pickle
 from perdure_dbos._serializer import JsonSerializer
+
+# Before anything can reach DBOS through perdure: nothing in this process unpickles.
+refuse_pickle()
 
 __all__ = [
     "DbosBackend",

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -20,7 +20,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import sqlalchemy as sa
 from dbos import DBOS, DBOSConfig, SetWorkflowID
-from dbos._dbos import _get_dbos_instance  # pyright: ignore[reportPrivateUsage]
 
 from perdure.backend import Backend, ReconcileOutcome, RunHandle
 from perdure.context import current_run
@@ -31,6 +30,7 @@ from perdure.errors import (
     CorruptHistoryError,
     DeterminismError,
     InvalidRunStateError,
+    PerdureError,
     RunNotFoundError,
     SerializationError,
     StepFailedError,
@@ -38,6 +38,7 @@ from perdure.errors import (
 from perdure.records import Event, EventKind, RunInfo, RunStatus
 from perdure.serialization import from_jsonable, to_jsonable
 from perdure.workflow import Workflow, get_workflow, registered_workflows
+from perdure_dbos import _compat
 from perdure_dbos._context import (
     CANCEL_KEY,
     LIVE,
@@ -48,8 +49,11 @@ from perdure_dbos._context import (
     notify,
     wait_until,
 )
-from perdure_dbos._serializer import CorruptValueError, JsonSerializer, StoredError
+from perdure_dbos._records import StatusRow, check_format, decode, status_rows, step_rows
+from perdure_dbos._serializer import JsonSerializer, StoredError
 from perdure_dbos._tables import Mark, Marks
+
+log = logging.getLogger("perdure.dbos")
 
 WORKFLOW_NAME = "perdure_run"
 DEFAULT_VERSION = "perdure-1"
@@ -243,6 +247,7 @@ class DbosBackend(Backend):
             )
         _runtime.refs += 1
         self._opened = True
+        await _compat.use_dbos_thread_pool()
 
     async def close(self) -> None:
         global _runtime
@@ -275,12 +280,19 @@ class DbosBackend(Backend):
 
     # -- reading ------------------------------------------------------------------------
 
-    async def _status(self, run_id: str) -> Any:
+    async def _status(self, run_id: str) -> StatusRow:
+        """The run's ``workflow_status`` row, read by SQL (never DBOS's decoder)."""
         await self.open()
-        st = await DBOS.get_workflow_status_async(run_id)
-        if st is None or st.name != WORKFLOW_NAME:
+        rows = await asyncio.to_thread(
+            status_rows,
+            _compat.system_engine(),
+            _compat.system_tables(),
+            WORKFLOW_NAME,
+            run_ids=[run_id],
+        )
+        if not rows:
             raise RunNotFoundError(run_id)
-        return st
+        return rows[0]
 
     async def get_run(self, run_id: str) -> RunInfo:
         st = await self._status(run_id)
@@ -296,12 +308,14 @@ class DbosBackend(Backend):
         limit: int = 100,
     ) -> list[RunInfo]:
         await self.open()
-        rows = await DBOS.list_workflows_async(name=WORKFLOW_NAME, sort_desc=True)
-        marks = await asyncio.to_thread(runtime().marks.get_many, [r.workflow_id for r in rows])
+        rows = await asyncio.to_thread(
+            status_rows, _compat.system_engine(), _compat.system_tables(), WORKFLOW_NAME
+        )
+        marks = await asyncio.to_thread(runtime().marks.get_many, [r.run_id for r in rows])
         before = None if older_than is None else time.time() - older_than
         out: list[RunInfo] = []
         for st in rows:
-            info = _info(st, marks.get(st.workflow_id))
+            info = _listed(st, marks.get(st.run_id))
             if statuses is not None and info.status not in statuses:
                 continue
             if workflow is not None and info.workflow != workflow:
@@ -316,9 +330,7 @@ class DbosBackend(Backend):
     async def history(self, run_id: str) -> list[Event]:
         st = await self._status(run_id)
         info = _info(st, await asyncio.to_thread(runtime().marks.get, run_id))
-        steps: list[dict[str, Any]] = [
-            dict(step) for step in await DBOS.list_workflow_steps_async(run_id)
-        ]
+        steps = await asyncio.to_thread(_steps, run_id)
         keyed = await asyncio.to_thread(runtime().marks.list_keyed, run_id)
         for key, env, at in keyed:
             steps.append({"function_name": key, "output": env, "completed_at_epoch_ms": at * 1000})
@@ -326,12 +338,6 @@ class DbosBackend(Backend):
         steps.sort(
             key=lambda s: s.get("completed_at_epoch_ms") or s.get("started_at_epoch_ms") or 0
         )
-        if any(isinstance(step.get("output"), str) for step in steps):
-            # DBOS hands back undecodable outputs as raw text; every perdure output is
-            # JSON data, so a string means a corrupt row: name it.
-            corrupt = await asyncio.to_thread(_find_corrupt_step, run_id)
-            if corrupt is not None:
-                raise corrupt
         return _history(info, steps)
 
     # -- writing ------------------------------------------------------------------------
@@ -466,110 +472,81 @@ class DbosBackend(Backend):
     async def recover_dead(self, *, limit: int = 100) -> list[str]:
         """Take over PENDING runs whose executor process died; return the run ids taken."""
         await self.open()
-        pending = await DBOS.list_workflows_async(
-            name=WORKFLOW_NAME, status="PENDING", load_input=False, load_output=False
+        pending = await asyncio.to_thread(
+            status_rows,
+            _compat.system_engine(),
+            _compat.system_tables(),
+            WORKFLOW_NAME,
+            statuses=["PENDING"],
         )
         taken: list[str] = []
         for st in pending:
             if len(taken) >= limit:
                 break
-            info = await self._try_take_status(st)
-            if info:
-                taken.append(st.workflow_id)
+            if await self._try_take_status(st):
+                taken.append(st.run_id)
         return taken
 
     async def _try_take(self, info: RunInfo) -> bool:
         if info.status.terminal:
             return False
-        st = await DBOS.get_workflow_status_async(info.run_id)
-        return st is not None and await self._try_take_status(st)
+        return await self._try_take_status(await self._status(info.run_id))
 
-    async def _try_take_status(self, st: Any) -> bool:
-        dead = cast(str | None, st.executor_id)
+    async def _try_take_status(self, st: StatusRow) -> bool:
+        dead = st.executor_id
         if st.status != "PENDING" or not dead or dead == self.executor_id:
             return False
         if not executor_is_dead(dead):
             return False
-        mark = await asyncio.to_thread(runtime().marks.get, st.workflow_id)
+        try:
+            # DBOS would decode this row's input by its format to run it: refuse a
+            # foreign one here, before DBOS sees it.
+            check_format(st.run_id, "workflow_status", None, st.serialization)
+        except PerdureError as exc:
+            log.error("not recovering run %s: %s", st.run_id, exc)
+            return False
+        mark = await asyncio.to_thread(runtime().marks.get, st.run_id)
         if mark is None or mark.workflow not in registered_workflows():
             return False
-        return await asyncio.to_thread(_claim, st.workflow_id, dead, self.executor_id)
-
-
-def _claim(run_id: str, dead: str, me: str) -> bool:
-    """Move ``run_id`` from the dead executor to this one (compare-and-set), then run it.
-
-    Only one claimant's update matches; DBOS's ``owner_xid`` fences the loser's writes.
-    """
-    from dbos._core import execute_dequeued_workflow
-
-    dbos = _get_dbos_instance()
-    sys_db = dbos._sys_db  # pyright: ignore[reportPrivateUsage]
-    ws = sys_db.tables.workflow_status
-    owner_xid = str(uuid.uuid4())
-    with sys_db.engine.begin() as conn:
-        res = conn.execute(
-            sa.update(ws)
-            .where(ws.c.workflow_uuid == run_id)
-            .where(ws.c.status == "PENDING")
-            .where(ws.c.executor_id == dead)
-            .values(
-                executor_id=me,
-                owner_xid=owner_xid,
-                application_version=application_version(),
-                recovery_attempts=ws.c.recovery_attempts + 1,
-                updated_at=int(time.time() * 1000),
-            )
+        return await asyncio.to_thread(
+            _compat.take_over, st.run_id, dead, self.executor_id, application_version()
         )
-    if res.rowcount != 1:
-        return False
-    status = sys_db.get_workflow_status(run_id)
-    if status is None:
-        return False
-    execute_dequeued_workflow(dbos, status, owner_xid)
-    return True
 
 
 def inbox() -> sa.Table:
     """DBOS's notifications table (messages sent to workflows)."""
-    sys_db = _get_dbos_instance()._sys_db  # pyright: ignore[reportPrivateUsage]
-    return cast(sa.Table, sys_db.tables.notifications)
+    return cast(sa.Table, _compat.system_tables().notifications)
 
 
 def recorded_at(run_id: str, function_id: int) -> bool:
     """Whether DBOS recorded the operation ``function_id`` of ``run_id``."""
-    sys_db = _get_dbos_instance()._sys_db  # pyright: ignore[reportPrivateUsage]
-    oo = sys_db.tables.operation_outputs
-    query = (
-        sa.select(oo.c.function_id)
-        .where(oo.c.workflow_uuid == run_id, oo.c.function_id == function_id)
-        .limit(1)
-    )
-    with sys_db.engine.connect() as conn:
-        return conn.execute(query).first() is not None
+    from perdure_dbos._records import recorded_at as recorded
+
+    return recorded(_compat.system_engine(), _compat.system_tables(), run_id, function_id)
 
 
-def _find_corrupt_step(run_id: str) -> CorruptHistoryError | None:
-    """Name the first step row of ``run_id`` whose output cannot be decoded."""
-    dbos = _get_dbos_instance()
-    sys_db = dbos._sys_db  # pyright: ignore[reportPrivateUsage]
-    oo = sys_db.tables.operation_outputs
-    query = (
-        sa.select(oo.c.function_id, oo.c.function_name, oo.c.output)
-        .where(oo.c.workflow_uuid == run_id)
-        .order_by(oo.c.function_id)
-    )
-    with sys_db.engine.connect() as conn:
-        rows = conn.execute(query).all()
-    serializer = JsonSerializer()
-    for function_id, name, output in rows:
-        if output is None:
-            continue
-        try:
-            serializer.deserialize(output)
-        except CorruptValueError as exc:
-            return CorruptHistoryError(run_id, int(function_id), f"step {name!r}: {exc}")
-    return None
+def _steps(run_id: str) -> list[dict[str, Any]]:
+    """The run's DBOS steps with their outputs decoded by perdure (a foreign or corrupt
+    row raises, naming the run and the row)."""
+    out: list[dict[str, Any]] = []
+    for row in step_rows(_compat.system_engine(), _compat.system_tables(), run_id):
+        output = decode(run_id, "operation_outputs", row.function_id, row.serialization, row.output)
+        decode(run_id, "operation_outputs", row.function_id, row.serialization, row.error)
+        out.append(
+            {
+                "function_id": row.function_id,
+                "function_name": row.function_name,
+                "output": output,
+                "started_at_epoch_ms": row.started_ms,
+                "completed_at_epoch_ms": row.completed_ms,
+            }
+        )
+    return out
+
+
+def check_steps(run_id: str) -> None:
+    """Read back every recorded step of ``run_id``; raise for the first bad row."""
+    _steps(run_id)
 
 
 def _sqlite_wal(path: str) -> None:
@@ -609,10 +586,8 @@ def _launch(parsed: DbosUrl) -> _Runtime:
             f"cannot open the DBOS system database at {where.hostname or where.path}"
             f" ({parsed.url}): {type(exc).__name__}: {exc}"
         ) from exc
-    dbos = _get_dbos_instance()
-    sys_db = dbos._sys_db  # pyright: ignore[reportPrivateUsage]
-    schema = sys_db.tables.workflow_status.schema
-    marks = Marks(sys_db.engine, schema)
+    schema = _compat.system_tables().workflow_status.schema
+    marks = Marks(_compat.system_engine(), schema)
     marks.create()
     return _Runtime(parsed.url, executor_id, marks)
 
@@ -624,18 +599,44 @@ def _seconds(ms: Any) -> float:
     return float(ms) / 1000.0 if ms is not None else 0.0
 
 
-def _info(st: Any, mark: Mark | None) -> RunInfo:
-    inputs = st.input or {}
-    args = list(inputs.get("args") or ())
+def _inputs(st: StatusRow) -> list[Any]:
+    """``perdure_run``'s arguments (workflow name, stored input) from the row."""
+    inputs: Any = decode(st.run_id, "workflow_status", None, st.serialization, st.inputs)
+    if isinstance(inputs, dict) and "positionalArgs" in inputs:  # DBOS's portable JSON
+        return list(inputs.get("positionalArgs") or ())  # pyright: ignore[reportUnknownArgumentType]
+    if isinstance(inputs, dict):
+        return list(inputs.get("args") or ())  # pyright: ignore[reportUnknownArgumentType]
+    return []
+
+
+def _listed(st: StatusRow, mark: Mark | None) -> RunInfo:
+    """``_info``, or for a row perdure cannot or will not read, the run shown as needing
+    attention with the reason ``corrupt``: one bad row must not hide the others."""
+    try:
+        return _info(st, mark)
+    except CorruptHistoryError as exc:
+        return RunInfo(
+            run_id=st.run_id,
+            workflow=mark.workflow if mark is not None else "?",
+            status=RunStatus.NEEDS_ATTENTION,
+            input=None,
+            created_at=_seconds(st.created_ms),
+            updated_at=_seconds(st.updated_ms),
+            attention={"reason": "corrupt", "message": str(exc)},
+        )
+
+
+def _info(st: StatusRow, mark: Mark | None) -> RunInfo:
+    args = _inputs(st)
     workflow = mark.workflow if mark is not None else (str(args[0]) if args else "?")
     data = args[1] if len(args) > 1 else None
     info = RunInfo(
-        run_id=st.workflow_id,
+        run_id=st.run_id,
         workflow=workflow,
         status=RunStatus.RUNNING,
         input=data,
-        created_at=_seconds(st.created_at),
-        updated_at=max(_seconds(st.updated_at), mark.updated_at if mark else 0.0),
+        created_at=_seconds(st.created_ms),
+        updated_at=max(_seconds(st.updated_ms), mark.updated_at if mark else 0.0),
         code_version=mark.code_version if mark else st.app_version,
         owner=st.executor_id,
         cancel_requested=bool(mark and mark.cancel_requested),
@@ -644,7 +645,7 @@ def _info(st: Any, mark: Mark | None) -> RunInfo:
     )
     status = st.status
     if status == "SUCCESS":
-        out: dict[str, Any] = st.output or {}
+        out: Any = decode(st.run_id, "workflow_status", None, st.serialization, st.output) or {}
         if out.get("status") == "cancelled":
             info.status = RunStatus.CANCELLED
         else:
@@ -652,7 +653,7 @@ def _info(st: Any, mark: Mark | None) -> RunInfo:
             info.result = out.get("result")
     elif status == "ERROR":
         info.status = RunStatus.FAILED
-        err = st.error
+        err = decode(st.run_id, "workflow_status", None, st.serialization, st.error)
         if isinstance(err, StoredError):
             info.error = err.error
         else:

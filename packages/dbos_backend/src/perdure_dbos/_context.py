@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any, cast
 
 from dbos import DBOS
-from dbos._error import DBOSUnexpectedStepError
+from dbos import error as dbos_errors
 
 from perdure.context import StepSpec, current_step_key
 from perdure.errors import (
@@ -150,7 +150,7 @@ class DbosRunContext:
             raise self._fail(
                 CorruptHistoryError(self.run_id, None, f"step {key!r}: {exc}")
             ) from None
-        except DBOSUnexpectedStepError as exc:
+        except dbos_errors.DBOSUnexpectedStepError as exc:
             _, _, expected, recorded = exc.inputs
             raise self._fail(
                 DeterminismError(
@@ -462,11 +462,12 @@ class DbosRunContext:
     async def _verify_history(self) -> None:
         """After a suspension, re-read the recorded steps before continuing (as a replay
         would): a row corrupted meanwhile parks the run instead of being built upon."""
-        from perdure_dbos._backend import _find_corrupt_step  # pyright: ignore[reportPrivateUsage]
+        from perdure_dbos._backend import check_steps
 
-        corrupt = await asyncio.to_thread(_find_corrupt_step, self.run_id)
-        if corrupt is not None:
-            raise self._fail(corrupt)
+        try:
+            await asyncio.to_thread(check_steps, self.run_id)
+        except CorruptHistoryError as exc:
+            raise self._fail(exc) from None
 
     async def sleep(self, seconds: float) -> None:
         key = f"{self._position()}:sleep"

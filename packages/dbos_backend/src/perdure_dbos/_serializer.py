@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbos._serialization import Serializer
+from dbos import Serializer
 
-from perdure.errors import PerdureError, SerializationError
+from perdure.errors import CorruptHistoryError, PerdureError, SerializationError
 from perdure.serialization import dumps, from_stored_layer, loads, to_jsonable
 
 EXC_TAG = "__perdure_exception__"
@@ -24,6 +24,27 @@ class StoredError(PerdureError):
 
 class CorruptValueError(SerializationError):
     """A value in DBOS's tables is not perdure JSON (edited, truncated or foreign)."""
+
+
+class PickleRefusedError(CorruptValueError):
+    """A DBOS row marked ``py_pickle`` (or a request to write one): refused unread."""
+
+
+class ForeignRowError(CorruptHistoryError):
+    """A row of DBOS's tables for a perdure run whose ``serialization`` is not one
+    perdure decodes (``py_pickle``, an unknown name): refused before anything reads it."""
+
+    def __init__(self, run_id: str, table: str, row: int | None, serialization: str) -> None:
+        where = f"{table} row" + (f" #{row}" if row is not None else "")
+        super().__init__(
+            run_id,
+            row,
+            f"{where} is serialized as {serialization!r}, not perdure's JSON; refused unread "
+            "(perdure never decodes pickle or a format it does not know)",
+        )
+        self.table = table
+        self.row = row
+        self.serialization = serialization
 
 
 class JsonSerializer(Serializer):

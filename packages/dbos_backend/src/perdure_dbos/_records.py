@@ -1,0 +1,159 @@
+"""perdure's reads of DBOS's system tables: plain SQL and perdure's own decoder.
+
+DBOS decodes each row by the format its ``serialization`` column names, and for
+``py_pickle`` that is ``pickle.loads``: a row planted in the database would run code in
+whoever reads it. So nothing perdure reads of a run (status, input, result, error, step
+outputs) goes through DBOS's read API; it is selected here, its ``serialization`` is
+checked first, and a row in any other format is refused unread with
+``ForeignRowError`` naming the run and the row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from perdure.errors import CorruptHistoryError
+from perdure_dbos._serializer import CorruptValueError, ForeignRowError, JsonSerializer
+
+#: The formats perdure decodes (with its own decoder, which never imports or executes):
+#: its own, DBOS's portable JSON, and rows from before DBOS recorded a format (DBOS reads
+#: those with the configured serializer, which is perdure's).
+DECODED: frozenset[str | None] = frozenset({None, "perdure_json", "portable_json"})
+
+_SERIALIZER = JsonSerializer()
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRow:
+    """One ``workflow_status`` row as stored (values still text)."""
+
+    run_id: str
+    status: str | None
+    name: str | None
+    executor_id: str | None
+    app_version: str | None
+    created_ms: Any
+    updated_ms: Any
+    serialization: str | None
+    inputs: str | None
+    output: str | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """One ``operation_outputs`` row of a run (values still text)."""
+
+    function_id: int
+    function_name: str
+    output: str | None
+    error: str | None
+    serialization: str | None
+    started_ms: Any
+    completed_ms: Any
+
+
+def check_format(run_id: str, table: str, row: int | None, serialization: Any) -> None:
+    """Refuse a row in a format perdure does not decode, before anything reads it."""
+    if serialization not in DECODED:
+        raise ForeignRowError(run_id, table, row, str(serialization))
+
+
+def decode(run_id: str, table: str, row: int | None, serialization: Any, text: str | None) -> Any:
+    """A stored value, decoded by perdure; ``CorruptHistoryError`` names the run and row."""
+    check_format(run_id, table, row, serialization)
+    if text is None:
+        return None
+    try:
+        if serialization == "portable_json":
+            return json.loads(text)
+        return _SERIALIZER.deserialize(text)
+    except (CorruptValueError, ValueError) as exc:
+        where = f"{table} row" + (f" #{row}" if row is not None else "")
+        raise CorruptHistoryError(run_id, row, f"{where}: {exc}") from None
+
+
+def _status_query(t: Any) -> Any:
+    ws, wi, wo = t.workflow_status, t.workflow_input, t.workflow_output
+    return sa.select(
+        ws.c.workflow_uuid,
+        ws.c.status,
+        ws.c.name,
+        ws.c.executor_id,
+        ws.c.application_version,
+        ws.c.created_at,
+        ws.c.updated_at,
+        ws.c.serialization,
+        sa.func.coalesce(wi.c.inputs, ws.c.inputs),
+        sa.func.coalesce(wo.c.output, ws.c.output),
+        sa.func.coalesce(wo.c.error, ws.c.error),
+    ).select_from(
+        ws.outerjoin(wi, wi.c.workflow_uuid == ws.c.workflow_uuid).outerjoin(
+            wo, wo.c.workflow_uuid == ws.c.workflow_uuid
+        )
+    )
+
+
+def status_rows(
+    engine: sa.Engine,
+    t: Any,
+    name: str,
+    *,
+    run_ids: Sequence[str] | None = None,
+    statuses: Sequence[str] | None = None,
+    updated_before_ms: int | None = None,
+    limit: int | None = None,
+) -> list[StatusRow]:
+    """``workflow_status`` rows of the DBOS workflow ``name``, newest first, filtered in SQL."""
+    ws = t.workflow_status
+    query = _status_query(t).where(ws.c.name == name)
+    if run_ids is not None:
+        query = query.where(ws.c.workflow_uuid.in_(list(run_ids)))
+    if statuses is not None:
+        query = query.where(ws.c.status.in_(list(statuses)))
+    if updated_before_ms is not None:
+        query = query.where(ws.c.updated_at <= updated_before_ms)
+    query = query.order_by(ws.c.created_at.desc(), ws.c.workflow_uuid.desc())
+    if limit is not None:
+        query = query.limit(limit)
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+    return [StatusRow(*(row[i] for i in range(11))) for row in rows]
+
+
+def step_rows(engine: sa.Engine, t: Any, run_id: str) -> list[StepRow]:
+    """Every ``operation_outputs`` row of ``run_id``, in DBOS's order (its function id)."""
+    oo = t.operation_outputs
+    query = (
+        sa.select(
+            oo.c.function_id,
+            oo.c.function_name,
+            oo.c.output,
+            oo.c.error,
+            oo.c.serialization,
+            oo.c.started_at_epoch_ms,
+            oo.c.completed_at_epoch_ms,
+        )
+        .where(oo.c.workflow_uuid == run_id)
+        .order_by(oo.c.function_id)
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+    return [StepRow(int(r[0]), str(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
+
+
+def recorded_at(engine: sa.Engine, t: Any, run_id: str, function_id: int) -> bool:
+    """Whether DBOS recorded the operation ``function_id`` of ``run_id``."""
+    oo = t.operation_outputs
+    query = (
+        sa.select(oo.c.function_id)
+        .where(oo.c.workflow_uuid == run_id, oo.c.function_id == function_id)
+        .limit(1)
+    )
+    with engine.connect() as conn:
+        return conn.execute(query).first() is not None
