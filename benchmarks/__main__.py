@@ -73,6 +73,13 @@ BENCHMARKS = (
         90,
     ),
     Bench(
+        "gateway_overhead",
+        ["-m", "benchmarks.gateway_overhead"],
+        ["--calls", "300", "--repeat", "5"],
+        ["--calls", "30", "--repeat", "1"],
+        120,
+    ),
+    Bench(
         "scale",
         ["-m", "benchmarks.scale"],
         ["--runs", "10,100,1000,10000", "--histories", "10,100,1000,10000", "--repeat", "3"],
