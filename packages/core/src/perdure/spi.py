@@ -15,6 +15,13 @@ itself with ``raise report_determinism(DeterminismError(...))``. Values it store
 ``to_jsonable``/``from_jsonable``; tables of its own go in the SQL database
 ``state_url(ctx.url)`` names.
 
+An adapter that rebuilds a finished run's live result in the caller's process (the
+run ended in another process) calls ``check_replay(info, history)``: it drives the
+run's workflow over a copy of its history in memory, so the adapter's own step
+wrappers see every recorded result again while nothing executes and nothing is
+written; it stops before the first step the history does not record and returns a
+``ReplayReport`` (a determinism mismatch is reported, not raised).
+
 Backends: a ``Store`` or a ``Backend``?
 ---------------------------------------
 Implement a **Store** when the substrate is a database: something that keeps rows and
@@ -51,6 +58,7 @@ from perdure.context import (
     report_determinism,
 )
 from perdure.engine.backend import EmbeddedBackend
+from perdure.engine.replay_check import ReplayReport, check_replay
 from perdure.errors import (
     BackendUnavailableError,
     ConfigurationError,
@@ -119,6 +127,7 @@ __all__ = [
     "Positions",
     "ReconcileOutcome",
     "ReplayEnd",
+    "ReplayReport",
     "RunContext",
     "RunHandle",
     "RunInfo",
@@ -133,6 +142,7 @@ __all__ = [
     "Store",
     "Workflow",
     "call_plain",
+    "check_replay",
     "current_run",
     "current_step_key",
     "drive",

@@ -22,7 +22,6 @@ from agents.stream_events import StreamEvent
 import perdure
 from perdure import Backend, ConfigurationError, RunHandle, RunInfo, RunStatus
 from perdure.config import resolve_url
-from perdure.engine.replay_check import check_replay
 from perdure.errors import (
     DeterminismError,
     NeedsAttentionError,
@@ -34,6 +33,7 @@ from perdure.records import Event, EventKind
 from perdure.registry import open_backend
 from perdure.retry import RetryPolicy
 from perdure.serialization import from_jsonable, to_jsonable
+from perdure.spi import check_replay
 from perdure_openai_agents import _compat, _errors, _sessions
 from perdure_openai_agents._workflow import LOCAL, Local, StreamSink, agent_run
 
