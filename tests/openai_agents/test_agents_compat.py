@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
-from agents import FunctionTool, RunResultStreaming
+from agents import Agent, FunctionTool, RunResultStreaming, function_tool, handoff
 from agents import tool as sdk_tool
 from agents.run_internal import run_loop, tool_execution
 
@@ -48,3 +48,23 @@ def test_a_streaming_result_is_built_with_the_fields_run_streamed_uses() -> None
     names = {f.name for f in dataclasses.fields(RunResultStreaming)}
     assert "_current_agent_output_schema" in names
     assert {"run_loop_task", "current_agent", "current_turn", "is_complete"} <= names
+
+
+def test_an_agent_tool_names_its_agent_and_a_plain_tool_none() -> None:
+    inner = Agent(name="inner")
+    as_tool = inner.as_tool(tool_name="ask_inner", tool_description="ask")
+    assert _compat.is_agent_tool(as_tool)
+    assert _compat.agent_of_tool(as_tool) is inner
+
+    @function_tool
+    def plain() -> str:
+        return "x"
+
+    assert not _compat.is_agent_tool(plain)
+    assert _compat.agent_of_tool(plain) is None
+
+
+def test_a_handoff_names_its_target_agent() -> None:
+    target = Agent(name="target")
+    assert _compat.handoff_target(handoff(target)) is target
+    assert _compat.handoff_target(object()) is None

@@ -1,5 +1,5 @@
 """``perdure audit`` for the Agents SDK: an agent's tools, agents-as-tools, handoffs and
-MCP servers, with the policy each is recorded under (see ``_wrap.wrap_tool``).
+MCP servers, with the policy each is recorded under (see ``_wrap.durable_tool``).
 
 MCP servers list their tools only once connected (a subprocess or the network), so a
 server is reported by itself, plus the tools its static ``tool_filter`` allows and those
@@ -15,8 +15,8 @@ from agents.mcp import MCPServer
 
 from perdure import locate
 from perdure.audit import Audit, Entry, declaration_of, policy_of, where
-from perdure.context import StepSpec
-from perdure_openai_agents._wrap import _TOOL_SPEC  # pyright: ignore[reportPrivateUsage]
+from perdure_openai_agents import _compat
+from perdure_openai_agents._wrap import declared_spec
 
 _UNDECLARED_TOOL = "recorded as a step without retry, so a crash mid-call calls it again"
 
@@ -58,7 +58,7 @@ def _tool(tool: Any, owner: str, audit: Audit) -> None:
     fn = tool.__wrapped__ if hasattr(tool, "__wrapped__") else None
     defined, location = where(fn) if fn is not None else (None, None)
     approval = _approval(tool)
-    inner = tool._agent_instance if tool._is_agent_tool else None  # pyright: ignore[reportPrivateUsage]
+    inner = _compat.agent_of_tool(tool)
     if isinstance(inner, Agent):
         audit.add(
             Entry(
@@ -73,7 +73,7 @@ def _tool(tool: Any, owner: str, audit: Audit) -> None:
         )
         audit.visit(inner)
         return
-    marked: StepSpec | None = tool.__dict__.get(_TOOL_SPEC)
+    marked = declared_spec(tool)
     spec = marked or declaration_of(fn)
     audit.add(
         Entry(
@@ -96,8 +96,7 @@ def _handoff(entry: Any, owner: str, audit: Audit) -> None:
     target: Any = entry
     name = getattr(entry, "name", "?")
     if isinstance(entry, Handoff):
-        ref = entry._agent_ref  # pyright: ignore[reportPrivateUsage]
-        target = ref() if ref is not None else None
+        target = _compat.handoff_target(entry)
         name = entry.agent_name
     audit.add(
         Entry(

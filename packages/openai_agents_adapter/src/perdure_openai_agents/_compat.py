@@ -93,6 +93,18 @@ def is_agent_tool(tool: FunctionTool) -> bool:
     return bool(getattr(tool, "_is_agent_tool", False))
 
 
+def agent_of_tool(tool: FunctionTool) -> Any:
+    """The agent an ``Agent.as_tool()`` tool runs (None for any other tool)."""
+    return getattr(tool, "_agent_instance", None) if is_agent_tool(tool) else None
+
+
+def handoff_target(handoff: Any) -> Any:
+    """The agent a ``Handoff`` built by ``handoff(agent)`` hands off to, if still alive
+    (the SDK keeps only a weak reference; None for a hand-built ``Handoff``)."""
+    ref = getattr(handoff, "_agent_ref", None)
+    return ref() if ref is not None else None
+
+
 def new_streaming_result(cls: type[RunResultStreaming], **fields: Any) -> RunResultStreaming:
     """A streaming result before its run started, built as ``Runner.run_streamed`` does
     (its output schema field is private)."""

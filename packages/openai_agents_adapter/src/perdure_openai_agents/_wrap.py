@@ -21,7 +21,7 @@ from perdure.context import StepKind, StepSpec
 from perdure.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from perdure.spi import recording_run
 from perdure_openai_agents import _compat
-from perdure_openai_agents._codec import encode_tool_output
+from perdure_openai_agents._codec import encode_tool_output, tool_record
 from perdure_openai_agents._errors import raise_step_failure
 from perdure_openai_agents._model import DurableModel
 
@@ -68,6 +68,11 @@ def durable_tool(
     return copy
 
 
+def declared_spec(tool: FunctionTool) -> StepSpec | None:
+    """How ``durable_tool`` declared ``tool``'s calls are recorded, if it did."""
+    return tool.__dict__.get(_TOOL_SPEC)
+
+
 def _records_itself(tool: FunctionTool) -> bool:
     """True when the tool's function is a perdure step or effect: it records itself."""
     fn = getattr(tool, "__wrapped__", None)
@@ -91,7 +96,7 @@ async def _tool_hook(
     run = recording_run()
     if run is None or DRIVE.get() is None:
         return await invoke(function_tool=tool, context=context, arguments=arguments)
-    spec: StepSpec | None = tool.__dict__.get(_TOOL_SPEC)
+    spec = declared_spec(tool)
     if spec is None:
         if _compat.is_agent_tool(tool) or _records_itself(tool):
             # An agent used as a tool: its nested run records its own model and tool
@@ -110,7 +115,10 @@ async def _tool_hook(
         record: dict[str, Any] = await run.step(spec, call, (), {})
     if live:  # called now: the SDK continues with the tool's own return value
         return live[0]
-    return _compat.tool_invocation(record["output"], bool(record.get("sdk_error")))
+    output, sdk_error = tool_record(
+        record, f"recorded call of tool {tool.name!r} of run {run.run_id!r}"
+    )
+    return _compat.tool_invocation(output, sdk_error)
 
 
 def install_hooks() -> None:
