@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from agents import Agent, GuardrailFunctionOutput, InputGuardrail, OutputGuardrail
 from agents import exceptions as sdk
@@ -21,6 +21,7 @@ from perdure.errors import SerializationError, StepFailedError
 from perdure.retry import NO_RETRY
 from perdure.serialization import from_jsonable, to_jsonable
 from perdure.spi import recording_run
+from perdure_openai_agents._codec import decoding, malformed
 
 RAISED = StepSpec("agents:raised", "step", NO_RETRY)
 
@@ -120,8 +121,24 @@ async def _unavailable(*_: Any) -> GuardrailFunctionOutput:
     raise sdk.UserError("this guardrail was rebuilt from a run's history; it cannot run")
 
 
-def rebuild(data: dict[str, Any], agent: Agent[Any], run_config: Any) -> sdk.AgentsException:
-    """The exception ``describe`` recorded, with the user's own guardrail objects."""
+def rebuild(data: Any, agent: Agent[Any], run_config: Any) -> sdk.AgentsException:
+    """The exception ``describe`` recorded, with the user's own guardrail objects;
+    ``SerializationError`` when the record is not what ``describe`` wrote."""
+    where = "recorded SDK exception"
+    if not isinstance(data, dict):
+        raise malformed(where, f"expected an object, found {type(data).__name__}")
+    with decoding(where):
+        return _rebuild(cast(dict[str, Any], data), agent, run_config)
+
+
+def _number(data: dict[str, Any], key: str) -> float:
+    value = data.get(key) or 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise malformed("recorded SDK exception", f"{key!r} is not a number")
+    return float(value)
+
+
+def _rebuild(data: dict[str, Any], agent: Agent[Any], run_config: Any) -> sdk.AgentsException:
     kind = str(data.get("type"))
     message = str(data.get("message", ""))
     configured = list(getattr(run_config, "input_guardrails", None) or [])
@@ -144,9 +161,7 @@ def rebuild(data: dict[str, Any], agent: Agent[Any], run_config: Any) -> sdk.Age
     if kind == "ModelRefusalError":
         return sdk.ModelRefusalError(str(data.get("refusal", message)))
     if kind == "ModelTimeoutError":
-        return sdk.ModelTimeoutError(float(data.get("timeout_seconds") or 0))
+        return sdk.ModelTimeoutError(_number(data, "timeout_seconds"))
     if kind == "ToolTimeoutError":
-        return sdk.ToolTimeoutError(
-            str(data.get("tool_name")), float(data.get("timeout_seconds") or 0)
-        )
+        return sdk.ToolTimeoutError(str(data.get("tool_name")), _number(data, "timeout_seconds"))
     return _BY_NAME.get(kind, sdk.AgentsException)(message)

@@ -22,6 +22,7 @@ from perdure.spi import recording_run, report_determinism
 from perdure_openai_agents._codec import (
     dump_model_response,
     load_model_response,
+    model_record,
     model_response_from_stream,
     response_for_stream,
 )
@@ -68,13 +69,15 @@ def _offered(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
     return sorted(names)
 
 
-def _check_offered(record: dict[str, Any], offered: list[str]) -> None:
-    recorded = record.get("offered")
-    if recorded is None or recorded == offered:
-        return
+def _replayed(record: Any, offered: list[str]) -> tuple[dict[str, Any], str]:
+    """The stored response of a recorded model call and where it is recorded, once the
+    tools it was offered are checked against those offered now."""
     ctx = current_run.get()
     run_id = ctx.run_id if ctx is not None else "?"
-    key = str(record.get("key") or "model")
+    response, recorded, key = model_record(record, f"recorded model call of run {run_id!r}")
+    where = f"recorded model response {key!r} of run {run_id!r}"
+    if recorded is None or recorded == offered:
+        return response, where
     added = sorted(set(offered) - set(recorded))
     removed = sorted(set(recorded) - set(offered))
     raise determinism_error(
@@ -137,8 +140,8 @@ class DurableModel(Model):
             record: dict[str, Any] = await ctx.step(self._spec, call, (), {})
         if live:  # called now: the SDK gets the model's own response object
             return live[0]
-        _check_offered(record, offered)
-        return load_model_response(record["response"])
+        response, where = _replayed(record, offered)
+        return load_model_response(response, where)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:  # type: ignore[override]
         return self._stream(args, kwargs)
@@ -197,10 +200,10 @@ class DurableModel(Model):
         if live:
             yield live[0]  # called now: the model's own terminal event
             return
-        _check_offered(record, offered)
+        response, where = _replayed(record, offered)
         yield ResponseCompletedEvent(
             type="response.completed",
-            response=response_for_stream(record["response"]),
+            response=response_for_stream(response, where),
             sequence_number=0,
         )
 
