@@ -2,19 +2,20 @@
 
 ``JournaledSession`` wraps the user's own session (``SQLiteSession``,
 ``SQLAlchemySession``, a custom one). A read is recorded, so a replay sees the snapshot
-the run saw. A write is two steps: first the session's length is recorded, then the
-write runs; if the process dies after the write landed but before it was recorded, the
-re-executed write finds the session already longer than recorded and does not write
-again — no duplicate item, and no lost one. ``pop_item`` records the item it will
-remove first, the same way. This assumes the run is the session's only writer while it
-runs, as the SDK does. ``PerdureSession`` journals itself and is used as it is.
+the run saw. A write is two steps: first the session's length is recorded (tracked through the run,
+so this costs no read), then the write runs; if the process dies after the write landed
+but before it was recorded, the re-executed write finds the session already longer than
+recorded and does not write again — no duplicate item, and no lost one. ``pop_item``
+records the item it will remove first, the same way. This assumes the run is the
+session's only writer while it runs, as the SDK does. ``PerdureSession`` journals
+itself and is used as it is.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from agents.items import TResponseInputItem
 from agents.memory.session import Session, SessionABC
@@ -25,6 +26,7 @@ from perdure.context import StepSpec
 from perdure.locate import find
 from perdure.retry import NO_RETRY
 from perdure.spi import recording_run
+from perdure_openai_agents._codec import malformed
 from perdure_openai_agents._errors import raise_step_failure
 from perdure_openai_agents.session import PerdureSession
 
@@ -45,18 +47,54 @@ async def _journal(spec: StepSpec, fn: Callable[[], Awaitable[Any]]) -> Any:
         return await ctx.step(spec, fn, (), {})
 
 
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise malformed(
+            f"recorded session {what}", f"expected a count, found {type(value).__name__}"
+        )
+    return value
+
+
+def _peeked(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or "last" not in value:
+        raise malformed("recorded session peek", "expected {'length': int, 'last': item}")
+    seen = cast(dict[str, Any], value)
+    _count(seen.get("length"), "peek length")
+    return seen
+
+
 class _Journal:
     """The journaling of session operations, around ``_target()``'s own methods.
-    Arguments the SDK passes (a limit, a context wrapper) go through unchanged."""
+    Arguments the SDK passes (a limit, a context wrapper) go through unchanged.
+
+    The session's length is tracked through the run (from a full read, then every
+    write, pop and clear), so the length recorded before a write costs no read of the
+    session; the session is read again only when a write may have landed unrecorded."""
+
+    #: The session's length as this drive knows it (None: not known without a read).
+    _perdure_length: int | None
 
     def _target(self) -> Any:
         raise NotImplementedError
+
+    def _full_read(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """True when ``get_items(*args, **kwargs)`` returns the whole session."""
+        if args or kwargs.get("limit") is not None:
+            return False
+        settings = getattr(self, "session_settings", None)
+        return settings is None or getattr(settings, "limit", None) is None
+
+    def _track(self, length: int | None) -> None:
+        object.__setattr__(self, "_perdure_length", length)
 
     async def get_items(self, *args: Any, **kwargs: Any) -> list[TResponseInputItem]:
         async def read() -> list[Any]:
             return list(await self._target().get_items(*args, **kwargs))
 
-        return await _journal(_READ, read)
+        items: list[TResponseInputItem] = await _journal(_READ, read)
+        if self._full_read(args, kwargs):
+            self._track(len(items))
+        return items
 
     async def _length(self, kwargs: dict[str, Any]) -> int:
         return len(await self._target().get_items(**kwargs))
@@ -64,21 +102,31 @@ class _Journal:
     async def add_items(self, items: list[TResponseInputItem], *args: Any, **kwargs: Any) -> None:
         if not items:
             return
-        before: int = await _journal(_LENGTH, lambda: self._length(kwargs))
+        known = self._perdure_length
+        fresh: list[bool] = []
+
+        async def length() -> int:
+            fresh.append(True)
+            return known if known is not None else await self._length(kwargs)
+
+        before = _count(await _journal(_LENGTH, length), "length")
 
         async def write() -> int:
-            if await self._length(kwargs) < before + len(items):
+            # Recorded just now, in this drive: no earlier attempt of this write can
+            # have landed. Recorded before (a crash since): look whether it did.
+            if fresh or await self._length(kwargs) < before + len(items):
                 await self._target().add_items(items, *args, **kwargs)
             return len(items)
 
         await _journal(_ADD, write)
+        self._track(before + len(items))
 
     async def pop_item(self, *args: Any, **kwargs: Any) -> TResponseInputItem | None:
         async def peek() -> dict[str, Any]:
             items = await self._target().get_items(**kwargs)
             return {"length": len(items), "last": items[-1] if items else None}
 
-        seen: dict[str, Any] = await _journal(_PEEK, peek)
+        seen = _peeked(await _journal(_PEEK, peek))
 
         async def pop() -> Any:
             if seen["length"] == 0:
@@ -87,41 +135,65 @@ class _Journal:
                 return seen["last"]  # popped before a crash; not again
             return await self._target().pop_item(*args, **kwargs)
 
-        return await _journal(_POP, pop)
+        popped = await _journal(_POP, pop)
+        self._track(max(seen["length"] - 1, 0) if self._full_read((), kwargs) else None)
+        return popped
 
     async def clear_session(self, *args: Any, **kwargs: Any) -> None:
         async def clear() -> None:
             await self._target().clear_session(*args, **kwargs)
 
         await _journal(_CLEAR, clear)
+        self._track(0)
 
 
 _OPERATIONS = ("get_items", "add_items", "pop_item", "clear_session")
 
 
-def _keeping_signature(name: str, original: Any) -> Any:
-    """The journaled operation ``name`` showing ``original``'s signature: the SDK reads
-    a session method's signature to decide what to pass it."""
-    journal = getattr(_Journal, name)
+class _Operation:
+    """A journaled session operation. A data descriptor, so it wins over a method set on
+    the session object itself; it shows that method's signature, since the SDK reads a
+    session method's signature to decide what to pass it."""
 
-    @functools.wraps(original)
-    async def operation(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return await journal(self, *args, **kwargs)
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.journal = getattr(_Journal, name)
 
-    return operation
+    def __get__(self, obj: Any, owner: type[Any] | None = None) -> Any:
+        if obj is None:
+            return self
+        journal = self.journal
+
+        @functools.wraps(getattr(obj._target(), self.name))
+        async def operation(*args: Any, **kwargs: Any) -> Any:
+            return await journal(obj, *args, **kwargs)
+
+        return operation
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        setattr(obj._target(), self.name, value)
+
+
+_OPERATIONS = ("get_items", "add_items", "pop_item", "clear_session")
 
 
 class JournaledSession(_Journal, SessionABC):
     """A user's session, with every operation a step of the durable run (for sessions
     whose class cannot be shared, see ``journaled``)."""
 
+    get_items = _Operation("get_items")  # type: ignore[assignment]
+    add_items = _Operation("add_items")  # type: ignore[assignment]
+    pop_item = _Operation("pop_item")  # type: ignore[assignment]
+    clear_session = _Operation("clear_session")  # type: ignore[assignment]
+
     def __init__(self, inner: Session) -> None:
         self.inner = inner
+        self._perdure_length = None
         self.session_id = inner.session_id
         self.session_settings = inner.session_settings
 
     def _target(self) -> Any:
-        return self.inner
+        return self.__dict__["inner"]
 
     def __repr__(self) -> str:
         return f"JournaledSession({self.inner!r})"
@@ -135,10 +207,13 @@ class JournaledSession(_Journal, SessionABC):
 
 class _SharedJournal(_Journal):
     """Mixed into a subclass of the user's session class; an instance shares the
-    user's session's ``__dict__``, so it is that session, journaled."""
+    user's session's ``__dict__``, so it is that session, journaled. Its operations
+    call the user's session object's own."""
+
+    _perdure_inner: Any
 
     def _target(self) -> Any:
-        return super(_Journal, self)
+        return self._perdure_inner
 
 
 _subclasses: dict[type[Any], type[Any]] = {}
@@ -152,13 +227,17 @@ def journaled(session: Session | None) -> Session | None:
     if session is None or isinstance(session, (PerdureSession, _Journal)):
         return session
     cls = type(session)
-    sub = _subclasses.get(cls)
-    if sub is None:
-        methods = {name: _keeping_signature(name, getattr(cls, name)) for name in _OPERATIONS}
-        sub = _subclasses[cls] = type(f"Journaled{cls.__name__}", (_SharedJournal, cls), methods)
     try:
+        sub = _subclasses.get(cls)
+        if sub is None:
+            body: dict[str, Any] = {name: _Operation(name) for name in _OPERATIONS}
+            # Its own state lives in slots: the instance's __dict__ is the user's.
+            body["__slots__"] = ("_perdure_length", "_perdure_inner")
+            sub = _subclasses[cls] = type(f"Journaled{cls.__name__}", (_SharedJournal, cls), body)
         shared = object.__new__(sub)
         object.__setattr__(shared, "__dict__", session.__dict__)
+        object.__setattr__(shared, "_perdure_length", None)
+        object.__setattr__(shared, "_perdure_inner", session)
     except (TypeError, AttributeError):  # slots, a C base: a plain wrapper then
         return JournaledSession(session)
     return shared
