@@ -1,8 +1,11 @@
 """Prometheus figures scraped during a run match the run's history: the console's
-/metrics counts what the backend holds, a worker's --metrics-port what it drove."""
+/metrics counts what the backend holds, a worker's --metrics-port what it drove. On
+every column: the figures come from the drive observers of ``perdure.semantics``, so a
+backend driving through the shared semantics is counted without code of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -11,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from console_support import SCRAPE, ConsoleProcess, free_port, one_embedded_store
+from console_support import SCRAPE, ConsoleProcess, free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from perdure.backend import Backend
@@ -36,6 +39,21 @@ def value(figures: dict[Any, float], name: str, **labels: str) -> float:
     return figures[key]
 
 
+async def held_when(
+    console: ConsoleProcess, deadline: float, name: str, want: float, **labels: str
+) -> dict[Any, float]:
+    """The console's figures once ``name{labels}`` reads ``want``: a backend's list may
+    trail its writes (Temporal's visibility is eventually consistent)."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        while True:
+            scraped = await client.get(f"{console.base}/metrics", headers=SCRAPE)
+            held = samples(scraped.raise_for_status().text)
+            if held.get((name, frozenset(labels.items()))) == want:
+                return held
+            assert time.monotonic() < deadline, f"{name}{labels} never read {want}: {held}"
+            await asyncio.sleep(0.2)  # paces the scrapes while the backend's list catches up
+
+
 def scrape_when_up(url: str, deadline: float) -> str:
     """GET ``url`` once its server listens (the worker process is starting)."""
     with httpx.Client(timeout=5.0) as client:
@@ -48,23 +66,28 @@ def scrape_when_up(url: str, deadline: float) -> str:
             time.sleep(0.1)  # a refused connection returns at once: pace the retries
 
 
-@one_embedded_store
+@pytest.mark.perdure_not_on(
+    "dbos+sqlite",
+    "dbos+postgresql",
+    reason="perdure_dbos does not drive runs through perdure.semantics yet (the dbos "
+    "engineer is moving it), so its drives reach no observer",
+)
 async def test_scraped_figures_match_the_history(
-    embedded: Backend, embedded_url: str, embedded_console: ConsoleProcess
+    perdure_backend: Backend, perdure_url: str, console: ConsoleProcess
 ) -> None:
     run_id = f"refund-{uuid.uuid4().hex[:8]}"
-    procs = Processes(embedded_url, pythonpath=[HERE])
+    procs = Processes(perdure_url, pythonpath=[HERE])
     try:
         first = procs.drive("console_workflows", WORKFLOW, "order-5", 700, run_id=run_id)
         assert first.wait() == 0, first.output()
-        suspended = await embedded.get_run(run_id)
+        suspended = await perdure_backend.get_run(run_id)
         assert suspended.status is RunStatus.SUSPENDED
 
         # the console's /metrics: what the backend holds, read at scrape time
         before = time.time()
-        async with httpx.AsyncClient(timeout=30) as client:
-            scraped = await client.get(f"{embedded_console.base}/metrics", headers=SCRAPE)
-            held = samples(scraped.raise_for_status().text)
+        held = await held_when(
+            console, time.monotonic() + 60, "perdure_suspended_runs", 1, signal="approval"
+        )
         after = time.time()
         assert value(held, "perdure_runs", status="suspended", workflow=WORKFLOW) == 1
         assert value(held, "perdure_suspended_runs", signal="approval") == 1
@@ -74,17 +97,17 @@ async def test_scraped_figures_match_the_history(
         # a worker with --metrics-port resumes the run once it is approved
         port = free_port()
         worker = procs.spawn(
-            "-m", "perdure", "worker", "console_workflows", "--url", embedded_url,
+            "-m", "perdure", "worker", "console_workflows", "--url", perdure_url,
             "--metrics-port", str(port),
         )  # fmt: skip
         worker_metrics = f"http://127.0.0.1:{port}/metrics"
         scrape_when_up(worker_metrics, time.monotonic() + 60)
-        await embedded.signal(run_id, "approval", {"approved": True}, by="ops")
-        done = await embedded.wait(run_id, timeout=120, drive=False)
+        await perdure_backend.signal(run_id, "approval", {"approved": True}, by="ops")
+        done = await perdure_backend.wait(run_id, timeout=120, drive=False)
         assert done.status is RunStatus.SUCCEEDED, worker.output()
 
         drove = samples(scrape_when_up(worker_metrics, time.monotonic() + 30))
-        events = await embedded.history(run_id)
+        events = await perdure_backend.history(run_id)
         paid = next(e for e in events if e.kind is EventKind.STEP_COMPLETED and e.name == "pay_out")
         signal = next(e for e in events if e.kind is EventKind.SIGNAL_RECEIVED)
         assert value(drove, "perdure_steps_total", step="pay_out", outcome="completed") == 1

@@ -1,12 +1,13 @@
 """OpenTelemetry spans: one per drive and per step, carrying run ids and no payloads;
 a run resumed by another backend (a worker, after an approval) continues the trace
-that started it, through the trace context stored in the run record."""
+that started it, through the trace context stored in the run record. On every column:
+the spans come from the drive observers of ``perdure.semantics``."""
 
 from __future__ import annotations
 
 import uuid
 
-from console_support import one_embedded_store
+import pytest
 from console_workflows import refund
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -35,13 +36,18 @@ def spans_of(run_id: str) -> list[ReadableSpan]:
     ]
 
 
-@one_embedded_store
+@pytest.mark.perdure_not_on(
+    "dbos+sqlite",
+    "dbos+postgresql",
+    reason="perdure_dbos does not drive runs through perdure.semantics yet (the dbos "
+    "engineer is moving it), so its drives reach no observer",
+)
 async def test_drive_and_step_spans_continue_one_trace_across_backends(
-    embedded_url: str,
+    perdure_url: str,
 ) -> None:
     _provider()
     run_id = f"refund-{uuid.uuid4().hex[:8]}"
-    starter = open_backend(embedded_url)
+    starter = open_backend(perdure_url)
     await starter.open()
     tracer = trace.get_tracer("test")
     try:
@@ -54,7 +60,7 @@ async def test_drive_and_step_spans_continue_one_trace_across_backends(
     trace_id = request.get_span_context().trace_id
 
     # another backend (as a worker would be) drives the rest, from the stored context
-    worker = open_backend(embedded_url)
+    worker = open_backend(perdure_url)
     await worker.open()
     try:
         info = await worker.get_run(run_id)

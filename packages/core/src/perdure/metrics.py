@@ -3,8 +3,9 @@
 Two kinds of figures:
 
 - what this process saw happen, counted as it happens (steps, attempts, approval
-  latency, parked intents, recoveries, drive failures, store round trips): the engine
-  reports each batch of history it writes to ``observe_append``;
+  latency, parked intents, recoveries, drive failures, store round trips): every drive
+  on any backend that drives through ``perdure.semantics`` reports each batch of
+  history it writes (a drive observer, ``perdure.semantics.observe``);
 - what the backend holds now (runs by status and workflow, suspended runs by signal and
   the age of the oldest), read with one list query by ``refresh`` before a scrape.
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
     from perdure.backend import Backend
+    from perdure.semantics.observe import DriveStart
 
 #: Runs one ``refresh`` reads (the console's list window).
 WINDOW = 2000
@@ -96,14 +98,37 @@ _metrics: _Metrics | None = None
 
 
 def enable() -> bool:
-    """Start counting in this process; False when ``prometheus_client`` is missing."""
+    """Start counting in this process (every drive, on any backend, through the drive
+    observers of ``perdure.semantics.observe``); False when ``prometheus_client`` is
+    missing."""
     global _metrics
     if _metrics is None:
         try:
             _metrics = _Metrics()
         except ImportError:
             return False
+        from perdure.semantics import observe
+
+        observe.register(_observe)
     return True
+
+
+class _DriveFigures:
+    """The drive observer of the metrics: what each append records, failed drives."""
+
+    def appended(self, events: Sequence[NewEvent], seconds: float) -> None:
+        observe_append(events, seconds)
+
+    def ended(self, outcome: str, error: BaseException | None) -> None:
+        if error is not None:
+            observe_drive_failure(error)
+
+
+_FIGURES = _DriveFigures()
+
+
+def _observe(start: DriveStart) -> _DriveFigures:
+    return _FIGURES
 
 
 # -- what the engine reports ----------------------------------------------------------------

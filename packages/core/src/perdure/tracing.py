@@ -16,9 +16,12 @@ from __future__ import annotations
 import importlib.util
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perdure.records import EventKind, NewEvent
+
+if TYPE_CHECKING:
+    from perdure.semantics.observe import DriveStart
 
 _HAVE_OTEL = importlib.util.find_spec("opentelemetry") is not None
 
@@ -30,8 +33,13 @@ _OUTCOMES = {
 }
 
 
-def enabled() -> bool:
-    return _HAVE_OTEL
+def observe(start: DriveStart) -> DriveSpan | None:
+    """The drive observer (``perdure.semantics.observe``): a span for each drive that an
+    OpenTelemetry SDK records, None when none does."""
+    if not _HAVE_OTEL:
+        return None
+    span = DriveSpan(start.run_id, start.workflow, start.details)
+    return span if span.recording else None
 
 
 def start_context(run_id: str, workflow: str) -> dict[str, Any]:
@@ -88,7 +96,11 @@ class DriveSpan:
         # The workflow's own spans (a framework's tracing) nest under the drive.
         self._token = otel_context.attach(trace.set_span_in_context(span))
 
-    def appended(self, events: Sequence[NewEvent]) -> None:
+    @property
+    def recording(self) -> bool:
+        return self._span is not None
+
+    def appended(self, events: Sequence[NewEvent], seconds: float = 0.0) -> None:
         span = self._span
         if span is None:
             return
@@ -124,7 +136,7 @@ class DriveSpan:
                 step.set_status(Status(StatusCode.ERROR, str(error.get("type", "Error"))))
             step.end(end_time=now)
 
-    def end(self, outcome: str, error: BaseException | None = None) -> None:
+    def ended(self, outcome: str, error: BaseException | None = None) -> None:
         span = self._span
         if span is None:
             return

@@ -39,6 +39,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
+from perdure import tracing
 from perdure.backend import Backend, ReconcileOutcome, RunHandle, run_filter
 from perdure.errors import (
     BackendUnavailableError,
@@ -295,7 +296,8 @@ class TemporalBackend(Backend):
             "wake_at": None,
             "attention": None,
             "parent_run_id": parent_run_id,
-            "details": {},
+            # the caller's trace context: every drive's span continues that trace
+            "details": tracing.start_context(run_id, workflow.name),
         }
         event = {
             "kind": EventKind.RUN_STARTED.value,

@@ -35,7 +35,6 @@ from perdure.errors import LeaseLostError, PerdureError, SubstrateError, classif
 from perdure.records import EventKind, NewEvent, RunInfo, SignalRecord
 from perdure.semantics import Drained, drive, park_broken
 from perdure.store import RunUpdate
-from perdure.telemetry import DriveObserver
 from perdure.workflow import get_workflow
 from perdure_temporal.codec import Values
 from perdure_temporal.faults import is_transient, ride_out
@@ -73,7 +72,6 @@ class DriveJournal:
         #: Completions sent in an append that has not been acknowledged (as packed for
         #: the update): the heartbeat carries them to the next attempt.
         self.unrecorded: list[dict[str, Any]] = []
-        self.observer = DriveObserver(info.run_id)
 
     # -- Journal ---------------------------------------------------------------------
 
@@ -101,7 +99,6 @@ class DriveJournal:
         update: RunUpdate | None = None,
         consume_signal: int | None = None,
     ) -> None:
-        started = time.perf_counter()
         values = self.drives.values
         packed = await values.new_events(events)
         arg: dict[str, Any] = {
@@ -146,7 +143,6 @@ class DriveJournal:
         self.last_step = next((e.step_key for e in reversed(events) if e.step_key), self.last_step)
         if res.get("history_full"):
             self.stopping = True  # the semantics stop before the next step (``draining``)
-        self.observer.appended(events, time.perf_counter() - started)
 
     async def next_signal(self, name: str) -> SignalRecord | None:
         for rec in self._signals:
@@ -256,19 +252,23 @@ class Drives:
                 raise _interrupted(journal, exc) from None
             log.error("run %s cannot be replayed: %s", run_id, exc)
             return {"status": (await park_broken(journal, exc)).value}
-        journal.observer.began(journal.info)
         workflow = get_workflow(journal.info.workflow)
         try:
-            status = await drive(journal, workflow, journal.info.input, history, carried=carried)
+            # perdure.semantics reports the drive to the metrics and traces observers
+            status = await drive(
+                journal,
+                workflow,
+                journal.info.input,
+                history,
+                carried=carried,
+                details=journal.info.details,
+            )
         except LeaseLostError:
             # A later attempt (or the run's end) came first; nothing of ours stands.
-            journal.observer.ended(None)
             return {"stale": True}
         except Drained:
-            journal.observer.ended(None)
             return {"again": True}  # the workflow schedules the next drive
         except Exception as exc:
-            journal.observer.ended(None, exc)
             if _transient(exc):
                 raise _interrupted(journal, exc) from None
             log.error("run %s: Temporal refused: %s; parking it", run_id, exc)
@@ -276,7 +276,6 @@ class Drives:
             if not isinstance(error, PerdureError):
                 error = SubstrateError(f"{type(exc).__name__}: {exc}")
             status = await park_broken(journal, error)
-        journal.observer.ended(status)
         return {"status": status.value}
 
     async def _await_drive(self, task: asyncio.Task[dict[str, Any]]) -> dict[str, Any]:

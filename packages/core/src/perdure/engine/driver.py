@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -20,7 +19,6 @@ from perdure.records import NewEvent, RunStatus, SignalRecord
 from perdure.semantics import Drained, drive, park_broken
 from perdure.semantics.events import encode_input
 from perdure.store import Lease, RunUpdate, Store
-from perdure.telemetry import DriveObserver
 from perdure.workflow import Workflow
 
 if TYPE_CHECKING:
@@ -50,7 +48,6 @@ class RunDriver:
         #: Completions of steps an earlier drive of this run in this process executed
         #: but could not record (the substrate went away): recorded, not re-run.
         self.carried: dict[str, NewEvent] = {} if carried is None else carried
-        self.observer = DriveObserver(lease.run_id)
 
     # -- Journal -----------------------------------------------------------------------
 
@@ -77,7 +74,6 @@ class RunDriver:
         update: RunUpdate | None = None,
         consume_signal: int | None = None,
     ) -> None:
-        started = time.perf_counter()
         await self.read(
             self.store.append(
                 self.lease,
@@ -87,7 +83,6 @@ class RunDriver:
                 consume_signal=consume_signal,
             )
         )
-        self.observer.appended(events, time.perf_counter() - started)
 
     async def next_signal(self, name: str) -> SignalRecord | None:
         return await self.read(self.store.next_signal(self.run_id, name))
@@ -124,7 +119,6 @@ class RunDriver:
                 raise SubstrateFault(exc, "transient") from exc
             log.error("run %s cannot be replayed: %s", run_id, exc)
             return await park_broken(self, exc)
-        self.observer.began(info)
         try:
             status = await drive(
                 self,
@@ -133,6 +127,7 @@ class RunDriver:
                 history,
                 replay_only=self.backend.replay_only,
                 carried=self.carried,
+                details=info.details,
             )
         except LeaseLostError:
             log.info("run %s: lease lost to another owner; stopping this drive", run_id)
@@ -144,15 +139,10 @@ class RunDriver:
             status = None
         except SubstrateFault as fault:
             if fault.transient:
-                self.observer.ended(None, fault)
                 raise
             log.error("run %s: the substrate refused: %s; parking it", run_id, fault.error)
             error = fault.error
             if not isinstance(error, PerdureError):
                 error = SubstrateError(f"{type(error).__name__}: {error}")
             status = await park_broken(self, error)
-        except BaseException as exc:
-            self.observer.ended(None, exc)
-            raise
-        self.observer.ended(status)
         return status

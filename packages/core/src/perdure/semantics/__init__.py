@@ -44,13 +44,19 @@ follows from the events appended, so a backend's ``history`` returns exactly the
 guards (``guards``) raise ``InvalidRunStateError``: a signal or cancel to an ended run,
 ``resume`` of a run parked on an unknown outcome, ``reconcile`` of a step not parked.
 
+Metrics and traces come with it: ``drive`` reports each drive's start, appends (timed)
+and end to the observers registered in ``observe`` (OpenTelemetry spans always;
+Prometheus counters once ``perdure.metrics.enable()`` ran), so a backend gets both by
+driving through here; pass ``details=`` (the run record's ``RunInfo.details``) for the
+drive's span to continue the trace the run was started in.
+
 The embedded engine (``perdure.engine``) is this module on a ``Store`` with leases;
 the DBOS and Temporal backends schedule runs with their substrate's own machinery.
 """
 
 from __future__ import annotations
 
-from perdure.semantics import events, guards
+from perdure.semantics import events, guards, observe
 from perdure.semantics.attention import Attention
 from perdure.semantics.context import (
     Cancelled,
@@ -75,5 +81,6 @@ __all__ = [
     "drive",
     "events",
     "guards",
+    "observe",
     "park_broken",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from perdure.context import StepSpec, current_run
@@ -20,6 +20,7 @@ from perdure.semantics import events as ev
 from perdure.semantics.attention import broken_attention, compensation_failed
 from perdure.semantics.context import Cancelled, DriveContext, DriveStopped, Interrupt
 from perdure.semantics.journal import Journal
+from perdure.semantics.observe import DriveStart, observing
 from perdure.serialization import to_jsonable
 from perdure.store import RunUpdate
 from perdure.workflow import Workflow
@@ -37,6 +38,7 @@ async def drive(
     *,
     replay_only: bool = False,
     carried: dict[str, NewEvent] | None = None,
+    details: Mapping[str, Any] | None = None,
 ) -> RunStatus:
     """Drive the run ``journal`` records to its next stop; return the status written.
 
@@ -48,7 +50,30 @@ async def drive(
     ``ReplayEnd`` on a ``replay_only`` drive; every exception of the user's code is
     recorded, never raised. ``carried`` is the run's dict of completions executed but not
     recorded by an earlier drive in this process (see ``DriveContext.carried``).
+    ``details`` is the run record's ``RunInfo.details`` (the trace context the run was
+    started in, for its drive span). Registered observers (``observe``) see the drive.
     """
+    start = DriveStart(journal.run_id, workflow.name, details or {})
+    observed = observing(journal, start)
+    if observed is None:
+        return await _drive(journal, workflow, stored_input, history, replay_only, carried)
+    try:
+        status = await _drive(observed, workflow, stored_input, history, replay_only, carried)
+    except BaseException as exc:
+        observed.ended(None, exc)
+        raise
+    observed.ended(status)
+    return status
+
+
+async def _drive(
+    journal: Journal,
+    workflow: Workflow[..., Any],
+    stored_input: Any,
+    history: Iterable[Event],
+    replay_only: bool,
+    carried: dict[str, NewEvent] | None,
+) -> RunStatus:
     ctx = DriveContext(journal, history, replay_only=replay_only, carried=carried)
     token = current_run.set(ctx)
     try:
