@@ -6,11 +6,13 @@ finishes it. No run needs attention, no effect runs twice.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from perdure import EventKind, RunStatus
+from perdure.registry import open_backend
 from perdure.testing import Processes, Receiver, wait_for_status
 
 STOPPED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.NEEDS_ATTENTION)
@@ -39,6 +41,8 @@ async def test_sigterm_mid_effect_during_a_rolling_deploy_parks_nothing(
     receiver.wait_held(email)
     new = processes.worker("scenarios")  # the replacement starts ...
     old.terminate()  # ... and the old one gets SIGTERM, as in a rolling deploy
+    # The effect answers only once the old worker drains: it is cut mid-effect for sure.
+    await asyncio.to_thread(old.wait_output, "in-flight steps finish and record")
     email.release.set()
     assert old.wait(60) == 0, old.output()
 
@@ -50,3 +54,15 @@ async def test_sigterm_mid_effect_during_a_rolling_deploy_parks_nothing(
     assert receiver.applied["charge"] == 1
     assert receiver.applied["done"] == 1
     assert new.popen.poll() is None  # the replacement is still serving
+
+
+async def test_every_backend_signals_its_drain(perdure_url: str) -> None:
+    """``Backend.draining`` is set once a backend begins to shut down (what a deploy
+    script or a test waits on) and stays set after, so a late waiter returns at once."""
+    backend = open_backend(perdure_url)
+    await backend.open()
+    assert not backend.draining.is_set()
+    began = asyncio.ensure_future(backend.draining.wait())
+    await backend.shutdown(grace=0)
+    assert backend.draining.is_set()
+    await began

@@ -280,7 +280,7 @@ async def test_shutdown_lets_the_step_in_flight_record_then_releases_the_run(
     await backend.start(fw.two_slow, (3,), {}, run_id="r-drain")
     await fw.STARTED.wait()
     closing = asyncio.ensure_future(backend.shutdown(grace=30))
-    await asyncio.sleep(0)  # let shutdown begin while the step is in flight
+    await backend.draining.wait()  # the drain has begun while the step is in flight
     fw.RELEASE.set()
     await closing
     other = open_backend(perdure_url)

@@ -64,6 +64,7 @@ class Backend(ABC):
     """
 
     url: str
+    _draining: asyncio.Event | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -88,10 +89,23 @@ class Backend(ABC):
         """Stop driving, release leases, close connections (``shutdown`` with the
         default grace period)."""
 
+    @property
+    def draining(self) -> asyncio.Event:
+        """Set when a drain begins (``shutdown``, ``close``, a worker told to stop) and
+        until the backend is opened again: it takes no new work and its drives stop
+        before their next step. Await ``draining.wait()`` to act once a drain is under
+        way (a deploy script, a test), instead of guessing when; it stays set after the
+        drain, so a late waiter returns at once."""
+        if self._draining is None:
+            self._draining = asyncio.Event()
+        return self._draining
+
     async def shutdown(self, *, grace: float | None = None) -> None:
         """Drain, then close: take no new work, let in-flight steps finish and record
         for up to ``grace`` seconds (default 30), release the runs for another worker.
-        A backend that drains on its own substrate overrides this."""
+        A backend that drains on its own substrate overrides this, and sets
+        ``draining`` before its first await."""
+        self.draining.set()
         await self.close()
 
     @abstractmethod

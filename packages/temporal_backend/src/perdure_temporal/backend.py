@@ -132,10 +132,12 @@ class TemporalBackend(Backend):
                 await asyncio.to_thread(workflows.start)
             self._client = client
             self._workflows = workflows
+            self.draining.clear()  # opened again after a drain: it takes work again
 
     async def shutdown(self, *, grace: float | None = None) -> None:
         """Drain: drives stop before their next step (the step in hand records) and the
         workflow hands the run to the next drive, on another worker; then close."""
+        self.draining.set()
         if self._drives is not None:
             self._drives.draining = True
             running = list(self._drives.running.values())

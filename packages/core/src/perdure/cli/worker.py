@@ -180,12 +180,7 @@ async def serve(
     installed: list[signal.Signals] = []
 
     def on_signal(sig: signal.Signals) -> None:
-        log.info(
-            "received %s; draining: in-flight steps finish and record (up to %gs), then "
-            "their runs are released for another worker (send it again to force)",
-            sig.name,
-            grace,
-        )
+        log.info("received %s; stopping (send it again to force)", sig.name)
         stop.set()
         for s in installed:  # a second signal gets the default behaviour
             loop.remove_signal_handler(s)
@@ -215,6 +210,13 @@ async def serve(
                 chores.append(asyncio.create_task(_retain(backend, keep, stop)))
             try:
                 await backend.serve(stop=stop, concurrency=concurrency)
+                # Nothing runs between this line and shutdown setting ``draining`` (its
+                # first act, before any await): a reader knows no new step starts now.
+                log.info(
+                    "draining: in-flight steps finish and record (up to %gs), then their "
+                    "runs are released for another worker",
+                    grace,
+                )
                 await backend.shutdown(grace=grace)
             finally:
                 stop.set()

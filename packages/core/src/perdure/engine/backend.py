@@ -56,8 +56,6 @@ class EmbeddedBackend(Backend):
         self.owner = new_owner_id()
         #: How long ``close``/``shutdown`` lets in-flight steps finish.
         self.grace_seconds = grace_seconds
-        #: Set while shutting down: drives stop at their next step, nothing new starts.
-        self.draining = False
         self._opened = False
         self._drives: dict[str, asyncio.Task[RunStatus | None]] = {}
         self._heartbeat: asyncio.Task[None] | None = None
@@ -69,6 +67,7 @@ class EmbeddedBackend(Backend):
         if not self._opened:
             await self.store.open()
             self._opened = True
+            self.draining.clear()  # opened again after a drain: it takes work again
 
     async def close(self) -> None:
         await self.shutdown()
@@ -78,7 +77,7 @@ class EmbeddedBackend(Backend):
         and record it (for up to ``grace`` seconds, default ``grace_seconds``), release
         the leases so another worker takes the runs over at once. Only a step still
         running after the grace period is cut off (its intent stays open)."""
-        self.draining = True
+        self.draining.set()
         grace = self.grace_seconds if grace is None else grace
         drives = list(self._drives.values())
         if drives:
@@ -97,7 +96,6 @@ class EmbeddedBackend(Backend):
         if self._opened:
             await self.store.close()
             self._opened = False
-        self.draining = False
 
     # -- driving -----------------------------------------------------------------------
 
@@ -132,7 +130,7 @@ class EmbeddedBackend(Backend):
                 self.outage.up()
                 return status
             while True:
-                if self.draining:
+                if self.draining.is_set():
                     return None  # the lease expires; the next worker takes the run
                 await asyncio.sleep(backoff.delay())
                 try:
@@ -197,7 +195,7 @@ class EmbeddedBackend(Backend):
         """Drive ``info``'s run here if it is due, its workflow is known and we win it."""
         if info.run_id in self._drives:
             return self._drives[info.run_id]
-        if self.draining:
+        if self.draining.is_set():
             return None
         try:
             workflow = get_workflow(info.workflow)
@@ -232,7 +230,7 @@ class EmbeddedBackend(Backend):
         )
         _, lease = await self.store.create_run(new, self.owner, self.lease_seconds)
         if lease is not None:
-            if self.draining:
+            if self.draining.is_set():
                 await self.store.release(lease)  # shutting down: for another worker
             else:
                 self._drive(lease, workflow)

@@ -65,7 +65,7 @@ class RunDriver:
 
     @property
     def draining(self) -> bool:
-        return self.backend.draining
+        return self.backend.draining.is_set()
 
     async def append(
         self,

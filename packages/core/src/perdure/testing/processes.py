@@ -7,13 +7,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 class Process:
-    """A child Python process; ``kill()`` is a real SIGKILL."""
+    """A child Python process; ``kill()`` is a real SIGKILL. Its output is read as it
+    comes, so a test can wait for a line (``wait_output``) while it runs."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path | None) -> None:
         self.argv = list(argv)
@@ -25,6 +27,26 @@ class Process:
             stderr=subprocess.PIPE,
             text=True,
         )
+        self._text = {"out": "", "err": ""}
+        self._ended = 0  # pipes read to their end
+        self._grew = threading.Condition()
+        self._readers = [
+            threading.Thread(target=self._read, args=(name, pipe), daemon=True)
+            for name, pipe in (("out", self.popen.stdout), ("err", self.popen.stderr))
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, name: str, pipe: IO[str] | None) -> None:
+        assert pipe is not None
+        for line in pipe:
+            with self._grew:
+                self._text[name] += line
+                self._grew.notify_all()
+        pipe.close()
+        with self._grew:
+            self._ended += 1
+            self._grew.notify_all()
 
     @property
     def pid(self) -> int:
@@ -35,6 +57,7 @@ class Process:
         if self.popen.poll() is None:
             os.kill(self.popen.pid, signal.SIGKILL)
         self.popen.wait()
+        self._join()
 
     def terminate(self) -> None:
         if self.popen.poll() is None:
@@ -43,15 +66,37 @@ class Process:
     def wait(self, timeout: float = 120.0) -> int:
         """Wait for exit; the output is kept for ``output()``. Raises on timeout."""
         try:
-            out, err = self.popen.communicate(timeout=timeout)
+            self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             raise
-        self._out, self._err = out, err
+        self._join()
         return self.popen.returncode
 
+    def _join(self) -> None:
+        for reader in self._readers:
+            reader.join()
+
+    def wait_output(self, text: str) -> None:
+        """Block until the process has written ``text`` (compared without whitespace, as
+        rich wraps log lines); ``ChildProcessError`` if it exits without writing it.
+        No deadline: the process's exit ends the wait."""
+        wanted = "".join(text.split())
+
+        def said() -> bool:
+            return wanted in "".join(self.output().split())
+
+        with self._grew:
+            while not said():
+                if self._ended == len(self._readers):
+                    raise ChildProcessError(
+                        f"the process exited (rc {self.popen.poll()}) without writing "
+                        f"{text!r}:\n{self.output()}"
+                    )
+                self._grew.wait()
+
     def output(self) -> str:
-        return f"$ {' '.join(self.argv)}\n{getattr(self, '_out', '')}{getattr(self, '_err', '')}"
+        return f"$ {' '.join(self.argv)}\n{self._text['out']}{self._text['err']}"
 
 
 class Processes:
