@@ -3,10 +3,22 @@
 ``prune`` lists the finished runs not updated for ``older_than`` seconds, optionally
 writes each one's history as JSON Lines (the format of ``perdure runs export``) into a
 folder, and then deletes them through ``Backend.delete_finished``: a run is deleted
-only after its export is on disk. Packages that keep more per run (a framework's
-checkpoints or sessions, payloads stored aside) register a purge under the entry-point
-group ``perdure.retention``: ``async def purge(backend, run_ids) -> None``, called with
-the ids just deleted.
+only after its export is on disk.
+
+Packages that keep more per run (a framework's checkpoints or sessions, payloads stored
+aside) register a purge under the entry-point group ``perdure.retention``::
+
+    [project.entry-points."perdure.retention"]
+    langgraph = "perdure_langgraph._retention:purge"
+
+    async def purge(backend: Backend, runs: Sequence[RunInfo]) -> None: ...
+
+called for each batch with the records of the finished runs about to be deleted (after
+their export), before ``delete_finished``. A purge deletes what it keeps for those runs
+and ignores runs that are not its own. Before, not after: if a purge raises, the batch's
+runs are not deleted and the next prune retries them, so no adapter state outlives its
+run unnoticed; hence a purge must be idempotent (called again for runs whose state it
+already removed).
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ FINISHED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 MAX_RUNS = 100_000
 BATCH = 200
 
-Purge = Callable[[Backend, Sequence[str]], Awaitable[None]]
+Purge = Callable[[Backend, Sequence[RunInfo]], Awaitable[None]]
 Progress = Callable[[int, int], None]  # (done, total)
 
 
@@ -64,7 +76,13 @@ def export_name(run_id: str) -> str:
 def _purges() -> list[Purge]:
     found: list[Purge] = []
     for ep in importlib.metadata.entry_points(group="perdure.retention"):
-        found.append(ep.load())
+        try:
+            found.append(ep.load())
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"the retention hook {ep.name!r} ({ep.value}) cannot be imported: {exc}; "
+                "nothing was deleted"
+            ) from exc
     return found
 
 
@@ -119,9 +137,9 @@ async def prune(
             for info in batch:
                 await _export(backend, info, export_dir)
                 exported += 1
-        gone = await backend.delete_finished([info.run_id for info in batch])
         for purge in purges:
-            await purge(backend, gone)
+            await purge(backend, batch)
+        gone = await backend.delete_finished([info.run_id for info in batch])
         deleted += len(gone)
         if progress is not None:
             progress(start + len(batch), len(runs))
