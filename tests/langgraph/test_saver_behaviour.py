@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 from typed_state import TypesGraphState, round_trip_values
 
@@ -146,17 +147,118 @@ def test_unlisted_types_are_typed_errors_never_plain_dicts(lg_url: str) -> None:
         assert tup is not None and tup.checkpoint["channel_values"]["obj"] == Unlisted(7)
 
 
-def test_a_value_that_could_not_be_read_back_fails_at_write(saver: PerdureSaver) -> None:
+def _local_class() -> type:
     @dataclasses.dataclass
     class Local:
         x: int
 
+    return Local
+
+
+def test_a_class_defined_in_a_function_round_trips_in_its_process(lg_url: str) -> None:
+    """As through SqliteSaver, a class defined inside a function (a graph factory, a
+    test) can be checkpointed; the writing process reads it back as that very class
+    (SqliteSaver hands back a dict). Another process reads it only once told which class
+    the name is, else gets a typed error naming it: never a dict, never an import."""
+    local = _local_class()
+    with PerdureSaver.from_url(lg_url) as writer:
+        config = _put_chain(writer, "local", [{"held": [local(1)]}])[-1]
+        writer.put_writes(config, [("w", {"deep": [local(2)]})], "task")
+        tup = writer.get_tuple(config)
+        assert tup is not None
+        assert tup.checkpoint["channel_values"]["held"] == [local(1)]
+        assert type(tup.checkpoint["channel_values"]["held"][0]) is local
+        assert tup.pending_writes == [("task", "w", {"deep": [local(2)]})]
+        again = _local_class()  # the factory called again: its class replaces the old one
+        _put_chain(writer, "local-again", [{"held": again(3)}])
+        tup = writer.get_tuple(config)
+        assert tup is not None and type(tup.checkpoint["channel_values"]["held"][0]) is again
+    with PerdureSaver.from_url(lg_url) as fresh:
+        with pytest.raises(DisallowedTypeError, match=r"Local.*allowed_types") as caught:
+            fresh.get_tuple(config)
+        assert "channel 'held'" in str(caught.value)
+    with PerdureSaver.from_url(lg_url, allowed_types=[local]) as told:
+        tup = told.get_tuple(config)
+        assert tup is not None and type(tup.checkpoint["channel_values"]["held"][0]) is local
+
+
+def test_two_classes_sharing_a_stored_name_are_refused(saver: PerdureSaver) -> None:
+    """Checkpoints name a class by module and name: two different classes of one name
+    would read back as whichever came last, so the second is refused when written."""
+
+    def other() -> type:
+        @dataclasses.dataclass
+        class Local:
+            y: str
+
+        return Local
+
+    _put_chain(saver, "one-name", [{"a": _local_class()(1)}])
+    with pytest.raises(DisallowedTypeError, match=r"other.<locals>.Local.*rename"):
+        _put_chain(saver, "one-name-2", [{"b": other()("y")}])
+
+
+def test_a_durable_graph_refuses_classes_other_processes_cannot_find(
+    saver: PerdureSaver,
+) -> None:
+    """Under ``durable()`` a worker in another process must read the thread after a
+    crash, so a class it could not find as module.name fails when written."""
+    saver.require_portable_types()
     with pytest.raises(DisallowedTypeError, match=r"Local.*module level") as caught:
-        _put_chain(saver, "local", [{"held": [Local(1)]}])
+        _put_chain(saver, "portable", [{"held": [_local_class()(1)]}])
     assert "channel 'held'" in str(caught.value)
-    config = _put_chain(saver, "local-w", [{"n": 1}])[-1]
+    config = _put_chain(saver, "portable-w", [{"n": 1, "ok": Unlisted(1)}])[-1]
     with pytest.raises(DisallowedTypeError, match=r"write to channel 'w'"):
-        saver.put_writes(config, [("w", {"deep": (Local(2),)})], "task")
+        saver.put_writes(config, [("w", {"deep": (_local_class()(2),)})], "task")
+
+
+def test_subclasses_of_plain_types_store_as_langgraph_stores_them(saver: PerdureSaver) -> None:
+    """ormsgpack writes subclasses of str, int, list and dict as the plain type (so every
+    LangGraph saver reads them back as it); LangGraph cannot encode float or tuple
+    subclasses at all, which is a typed error here."""
+    from langchain_core.messages.base import TextAccessor
+
+    plain = JsonPlusSerializer(pickle_fallback=False)
+    values = {
+        "text": TextAccessor("hello"),
+        "count": _Count(3),
+        "items": _Items([TextAccessor("a")]),
+        "mapping": _Mapping(k=_Count(1)),
+        "raw": b"bytes",
+    }
+    config = _put_chain(saver, "subclasses", [values])[-1]
+    tup = saver.get_tuple(config)
+    assert tup is not None
+    got = tup.checkpoint["channel_values"]
+    for key, value in values.items():
+        expected = plain.loads_typed(plain.dumps_typed(value))
+        assert got[key] == expected and type(got[key]) is type(expected), key
+    assert type(got["text"]) is str and type(got["items"][0]) is str
+    for bad in (_Ratio(0.5), _Pair((1, 2))):
+        with pytest.raises(TypeError):
+            plain.dumps_typed(bad)
+        with pytest.raises(DisallowedTypeError, match=type(bad).__name__):
+            saver.serde.dumps_typed(bad)
+
+
+class _Count(int):
+    pass
+
+
+class _Items(list[Any]):
+    pass
+
+
+class _Mapping(dict[str, Any]):
+    pass
+
+
+class _Ratio(float):
+    pass
+
+
+class _Pair(tuple[int, int]):
+    pass
 
 
 def test_langgraph_types_round_trip_in_a_new_saver(lg_url: str) -> None:

@@ -12,10 +12,19 @@ never imports a type because stored data names it. A class is rebuilt only when 
   classes, ``(module, name)`` pairs, or graphs whose schema types to allow); or
 * written by this serializer in this process (the graph's own code produced it).
 
-A value the serializer could never rebuild (a class defined inside a function, or not
-reachable as ``module.name``) is a :class:`DisallowedTypeError` when it is written; a
-stored class that is not allowed is a :class:`DisallowedTypeError` when it is read —
-never a plain dict in its place.
+A checkpoint names a class by ``module.name``. The classes this process wrote or was
+given are rebuilt as those very classes, found by that name in memory, never imported;
+this is how a class defined inside a function (a graph factory, a test) round-trips in
+the process that defines it, as it does through ``SqliteSaver`` (which then hands back a
+plain dict). Another process reads such a class only once it has written one or been
+given it in ``allowed_types`` — until then, as for any stored class that is not allowed,
+reading is a :class:`DisallowedTypeError` naming it, never a plain dict in its place.
+
+A value LangGraph's msgpack itself cannot encode (a class that is not a data class, a
+subclass of ``float`` or of ``tuple`` other than a NamedTuple) is a
+:class:`DisallowedTypeError` when it is written. Subclasses of ``str``, ``int``,
+``list`` and ``dict`` (``langchain_core``'s ``TextAccessor``, for one) are stored as the
+plain type and read back as it, as from every LangGraph saver.
 """
 
 from __future__ import annotations
@@ -87,9 +96,19 @@ def type_keys(allowed: AllowedTypes | None) -> set[TypeKey]:
 
 
 def _rebuildable(tp: type) -> bool:
-    """Whether ``module.name`` finds this very class again (what decoding looks up)."""
+    """Whether ``module.name`` finds this very class (what another process would look up)."""
     module = sys.modules.get(tp.__module__)
     return module is not None and getattr(module, tp.__name__, None) is tp
+
+
+def _natively_packed(value: Any) -> type | None:
+    """The plain type ormsgpack writes a subclass of ``str``, ``int``, ``list`` or ``dict``
+    as (it never calls LangGraph's encoder for them), or ``None``. Such a value comes back
+    as that plain type, from every LangGraph saver, so there is no class to allow."""
+    for base in (str, int, dict, list):
+        if isinstance(value, base):
+            return base
+    return None
 
 
 def _data_class(value: Any) -> bool:
@@ -108,9 +127,14 @@ class PerdureSerializer(JsonPlusSerializer):
 
     def __init__(self, allowed_types: AllowedTypes | None = None) -> None:
         super().__init__(pickle_fallback=False, allowed_msgpack_modules=None)
-        self.allowed: set[TypeKey] = type_keys(allowed_types)
-        #: Classes this process wrote: shared with clones made by ``with_allowlist``.
+        self.allowed: set[TypeKey] = set()
+        #: Classes this process wrote or was given: shared with clones made by
+        #: ``with_allowlist``; decoding looks these up before any import.
         self.learned: dict[TypeKey, type] = {}
+        #: Refuse, when written, a class another process could not find by its name
+        #: (``durable()`` sets it: any worker must be able to read a durable thread).
+        self.portable = False
+        self.allow(allowed_types or ())
 
     def with_msgpack_allowlist(self, extra_allowlist: Iterable[Any]) -> PerdureSerializer:
         """A serializer that also allows ``extra_allowlist`` (LangGraph's ``with_allowlist``)."""
@@ -120,16 +144,43 @@ class PerdureSerializer(JsonPlusSerializer):
         clone = PerdureSerializer()
         clone.allowed = self.allowed | extra
         clone.learned = self.learned
+        clone.portable = self.portable
         return clone
 
     def allow(self, allowed_types: AllowedTypes) -> None:
         """Allow more types on this serializer (in place)."""
-        self.allowed |= type_keys(allowed_types)
+        items = list(allowed_types)
+        self.allowed |= type_keys(items)
+        for item in items:
+            if isinstance(item, type):
+                self.learn(item)
+
+    def learn(self, tp: type) -> None:
+        """Rebuild ``tp`` itself for its ``(module, name)`` from now on in this process.
+
+        Checkpoints name a class by ``module.name`` only. A class defined inside a function
+        (a graph factory, a test) is not found there, so the process that defines it must
+        tell which class that name is: writing one, or passing it in ``allowed_types``,
+        does. A new definition of the same function's class (the factory called again)
+        replaces the old one; two different classes sharing one name would make the name
+        ambiguous, so the second is refused.
+        """
+        key = (tp.__module__, tp.__name__)
+        known = self.learned.get(key)
+        if known is not None and known is not tp and known.__qualname__ != tp.__qualname__:
+            raise DisallowedTypeError(
+                f"a {tp.__module__}.{tp.__qualname__} cannot be checkpointed: checkpoints name "
+                f"a class by module and name, and this process already checkpoints "
+                f"{known.__module__}.{known.__qualname__} as {tp.__module__}.{tp.__name__}; "
+                "rename one of them or define it at module level"
+            )
+        self.learned[key] = tp
 
     # -- writing ------------------------------------------------------------------------
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
-        self.check(obj)
+        if not isinstance(obj, bytes | bytearray):  # stored as they are, even subclasses
+            self.check(obj)
         return super().dumps_typed(obj)
 
     def check(self, value: Any, depth: int = 0) -> None:
@@ -138,38 +189,67 @@ class PerdureSerializer(JsonPlusSerializer):
         tp = type(value)
         if tp in _PLAIN or depth > 200:
             return
-        if isinstance(value, _CONTAINERS):
-            for item in value:  # pyright: ignore[reportUnknownVariableType]
+        if tp in _CONTAINERS:
+            for item in value:
                 self.check(item, depth + 1)
             return
         if tp is dict:
-            for k, v in value.items():
-                self.check(k, depth + 1)
-                self.check(v, depth + 1)
+            self._check_items(value, depth)
             return
+        if not isinstance(value, enum.Enum):  # an Enum is a data class, even a str Enum
+            native = _natively_packed(value)
+            if native is dict:
+                self._check_items(value, depth)
+                return
+            if native is list:
+                for item in value:
+                    self.check(item, depth + 1)
+                return
+            if native is not None:
+                return
+            if isinstance(value, float | tuple) and not _data_class(value):
+                raise DisallowedTypeError(
+                    f"a {tp.__module__}.{tp.__qualname__} cannot be checkpointed: LangGraph's "
+                    f"msgpack encodes no subclass of float or tuple (other than a NamedTuple); "
+                    f"store it as a plain {'float' if isinstance(value, float) else 'tuple'}"
+                )
         key = (tp.__module__, tp.__name__)
         if key in SAFE_TYPES or isinstance(value, BaseException):
             return
         if DeltaSnapshot is not None and isinstance(value, DeltaSnapshot):
             self.check(value.value, depth + 1)
             return
-        if key not in self.allowed and key not in self.learned:
-            if not _data_class(value) or not _rebuildable(tp):
+        if self.learned.get(key) is not tp:
+            if (
+                key not in self.allowed
+                and not _data_class(value)
+                and not isinstance(value, _CONTAINERS)
+            ):
                 raise DisallowedTypeError(
                     f"a {tp.__module__}.{tp.__qualname__} cannot be checkpointed: "
-                    + (
-                        "it is not reachable as module.name (define it at module level)"
-                        if _data_class(value)
-                        else "LangGraph stores only data classes (pydantic models, "
-                        "dataclasses, Enums, NamedTuples) and its own safe types"
-                    )
+                    "LangGraph stores only data classes (pydantic models, dataclasses, "
+                    "Enums, NamedTuples) and its own safe types"
                 )
-            self.learned[key] = tp
+            if self.portable and not _rebuildable(tp):
+                raise DisallowedTypeError(
+                    f"a {tp.__module__}.{tp.__qualname__} cannot be checkpointed by a durable "
+                    "graph: it is not reachable as module.name, so a worker in another process "
+                    "could not rebuild it after a crash (define it at module level)"
+                )
+            self.learn(tp)
         if dataclasses.is_dataclass(value):
             for f in dataclasses.fields(value):
                 self.check(getattr(value, f.name), depth + 1)
         elif hasattr(value, "model_dump") and callable(value.model_dump):
             self.check(value.model_dump(), depth + 1)
+        elif isinstance(value, _CONTAINERS):  # a NamedTuple, or a set or deque subclass
+            for item in value:
+                self.check(item, depth + 1)
+
+    def _check_items(self, value: dict[Any, Any], depth: int) -> None:
+        for k, v in value.items():
+            self.check(k, depth + 1)
+            self.check(v, depth + 1)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -194,7 +274,15 @@ class PerdureSerializer(JsonPlusSerializer):
         if learned is not None:
             return learned
         if key in SAFE_TYPES or key in self.allowed:
-            return getattr(importlib.import_module(module), name)
+            found = getattr(sys.modules.get(module) or _import(module), name, None)
+            if callable(found):  # a class, or LangGraph's safe re.compile
+                return found
+            raise DisallowedTypeError(
+                f"the checkpoint holds a {module}.{name}, which is allowed but is not a class "
+                f"found at {module}.{name}: a class defined inside a function is rebuilt only "
+                "by a process that wrote one or passed it in allowed_types=[...] (or define "
+                "it at module level)"
+            )
         raise DisallowedTypeError(
             f"the checkpoint holds a {module}.{name}, which this checkpointer is not allowed "
             f"to rebuild: declare it in the graph's state schema, or pass "
@@ -243,6 +331,13 @@ class PerdureSerializer(JsonPlusSerializer):
                 )
                 return construct(**tup[2])
         raise DisallowedTypeError(f"unknown msgpack extension {code} for {module}.{name}")
+
+
+def _import(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
 
 
 def strict_serializer(allowed_types: AllowedTypes | None = None) -> PerdureSerializer:

@@ -204,6 +204,7 @@ class DurableGraph:
         self._types = schema_types(compiled)
         if isinstance(checkpointer, PerdureSaver):
             checkpointer.allow_types(self._types)
+            checkpointer.require_portable_types()
         self._graphs: dict[str, Pregel] = {}
         self._lock = threading.Lock()
         self._ref: str | None = None
@@ -223,6 +224,7 @@ class DurableGraph:
             graph = self._graphs.get(resolved)
             if graph is None:
                 saver = PerdureSaver.from_url(resolved, allowed_types=self._types)
+                saver.require_portable_types()
                 graph = self.compiled.copy(update={"checkpointer": saver})
                 self._graphs[resolved] = graph
         return graph

@@ -230,6 +230,14 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             )
         inner.allow(allowed_types)
 
+    def require_portable_types(self) -> None:
+        """Refuse, when written, values of classes that another process could not find as
+        ``module.name`` (a class defined inside a function). ``durable()`` asks for it:
+        a worker elsewhere must be able to read a durable thread's checkpoints."""
+        inner = inner_serializer(self.serde)
+        if inner is not None:
+            inner.portable = True
+
     def _dumps(self, value: Any, where: Callable[[], str]) -> tuple[str, bytes]:
         try:
             return self.serde.dumps_typed(value)
