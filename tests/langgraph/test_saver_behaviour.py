@@ -3,8 +3,10 @@ special writes, bounded storage, export, configuration errors."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +19,10 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 from typed_state import TypesGraphState, round_trip_values
 
-from perdure.errors import BackendUnavailableError, ConfigurationError
+from perdure import encryption
+from perdure.errors import BackendUnavailableError, ConfigurationError, SerializationError
 from perdure_langgraph import CorruptCheckpointError, PerdureSaver
-from perdure_langgraph._serde import KEY_ENV, DisallowedTypeError, parse_key
+from perdure_langgraph._serde import DisallowedTypeError
 from perdure_langgraph._url import PostgresTarget, SqliteTarget, parse_url
 
 
@@ -46,6 +49,18 @@ def _rows(saver: PerdureSaver, lg_url: str, sql: str, *params: Any) -> list[tupl
     assert isinstance(target, PostgresTarget)
     with psycopg.connect(target.conninfo) as pg:
         return pg.execute(sql.format(p=f'"{target.schema}".').encode(), params).fetchall()
+
+
+def _execute(lg_url: str, sql: str, *params: Any) -> None:
+    """Change our tables directly (tests only: tampering)."""
+    target = parse_url(lg_url)
+    if isinstance(target, SqliteTarget):
+        with sqlite3.connect(target.path) as conn:
+            conn.execute(sql.format(p="").replace("%s", "?"), params)
+        return
+    assert isinstance(target, PostgresTarget)
+    with psycopg.connect(target.conninfo) as pg:
+        pg.execute(sql.format(p=f'"{target.schema}".').encode(), params)
 
 
 def _checkpoint(saver: PerdureSaver, values: dict[str, Any], parent: Checkpoint | None) -> Any:
@@ -388,31 +403,92 @@ def test_export_thread_json_lines(saver: PerdureSaver) -> None:
     assert lines[1]["pending_writes"][0]["task_id"] == "task"
 
 
-def test_encryption_key(monkeypatch: pytest.MonkeyPatch, lg_url: str) -> None:
-    """PERDURE_LANGGRAPH_KEY encrypts with pycryptodome, or fails clearly without it."""
-    monkeypatch.setenv(KEY_ENV, "k" * 32)
-    try:
-        import Crypto  # noqa: F401
-    except ImportError:
-        with pytest.raises(ConfigurationError, match="pycryptodome"):
-            PerdureSaver.from_url(lg_url)
-        return
+@pytest.fixture
+def keys(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """Two AES-256 keys by id; k1 configured through PERDURE_ENCRYPTION_KEY."""
+    ring = {kid: base64.b64encode(os.urandom(32)).decode() for kid in ("k1", "k2")}
+    monkeypatch.setenv(encryption.KEY_ENV, f"k1:{ring['k1']}")
+    encryption.configure_keys(None)  # read the environment again
+    yield ring
+    monkeypatch.delenv(encryption.KEY_ENV, raising=False)
+    encryption.configure_keys(None)
+
+
+_PAYLOADS = (
+    "SELECT type, checkpoint FROM {p}lg_checkpoints WHERE thread_id = %s "
+    "UNION ALL SELECT type, blob FROM {p}lg_blobs WHERE thread_id = %s "
+    "UNION ALL SELECT type, blob FROM {p}lg_writes WHERE thread_id = %s"
+)
+
+
+def test_checkpoints_are_sealed_with_perdures_key(lg_url: str, keys: dict[str, str]) -> None:
+    """With PERDURE_ENCRYPTION_KEY set, no SQL column but the metadata holds a payload in
+    clear: blobs, writes and headers (inline values too) are AES-GCM sealed, their type
+    column names the key id, and they open only with that key (rotation keeps old ids)."""
+    marker = "plain-text-marker"
     with PerdureSaver.from_url(lg_url) as enc:
-        config = _put_chain(enc, "enc", [{"secret": ["plain-text-marker"]}])[-1]
+        config = _put_chain(enc, "enc", [{"secret": [marker], "inline": marker}])[-1]
+        enc.put_writes(config, [("w", marker), (INTERRUPT, marker)], "task")
+        rows = _rows(enc, lg_url, _PAYLOADS, "enc", "enc", "enc")
+        assert len(rows) >= 4
+        for type_, payload in rows:
+            assert type_ == "msgpack+aesgcm:k1", type_
+            assert marker.encode() not in bytes(payload)
         tup = enc.get_tuple(config)
-        assert tup is not None and tup.checkpoint["channel_values"]["secret"] == [
-            "plain-text-marker"
-        ]
-        rows = _rows(enc, lg_url, "SELECT type, blob FROM {p}lg_blobs WHERE thread_id = %s", "enc")
-        assert rows and all(r[0].endswith("+aes") for r in rows)
-        assert all(b"plain-text-marker" not in bytes(r[1]) for r in rows)
+        assert tup is not None
+        assert tup.checkpoint["channel_values"] == {"secret": [marker], "inline": marker}
+        assert sorted(w[1:] for w in tup.pending_writes) == [(INTERRUPT, marker), ("w", marker)]
+        # rotation: the new key first, the old one kept: both read
+        encryption.configure_keys(f"k2:{keys['k2']},k1:{keys['k1']}")
+        newer = _put_chain(enc, "enc-2", [{"secret": [marker]}])[-1]
+        assert enc.get_tuple(config) is not None
+        blob_types = _rows(
+            enc, lg_url, "SELECT type FROM {p}lg_blobs WHERE thread_id = %s", "enc-2"
+        )
+        assert blob_types == [("msgpack+aesgcm:k2",)]
+        # without the key that sealed them, reads are typed errors naming the key
+        encryption.configure_keys(f"k2:{keys['k2']}")
+        with pytest.raises(SerializationError, match="key 'k1'"):
+            enc.get_tuple(config)
+        assert enc.get_tuple(newer) is not None
+        os.environ.pop(encryption.KEY_ENV)
+        encryption.configure_keys(None)
+        with pytest.raises(SerializationError, match="no key is configured"):
+            enc.get_tuple(newer)
 
 
-def test_key_formats() -> None:
-    assert parse_key("k" * 16) == b"k" * 16
-    assert parse_key("ab" * 32) == bytes.fromhex("ab" * 32)
-    with pytest.raises(ConfigurationError, match="16, 24 or 32 bytes"):
-        parse_key("short")
+def test_sealed_rows_cannot_be_relabelled_or_tampered(lg_url: str, keys: dict[str, str]) -> None:
+    """The serializer type is bound to the ciphertext, and GCM authenticates the data."""
+    with PerdureSaver.from_url(lg_url) as enc:
+        config = _put_chain(enc, "tamper", [{"secret": ["x" * 300]}])[-1]
+        ((type_, blob),) = _rows(
+            enc, lg_url, "SELECT type, blob FROM {p}lg_blobs WHERE thread_id = %s", "tamper"
+        )
+        blob = bytes(blob)
+        for new_type, new_blob in (
+            (type_.replace("msgpack", "json"), blob),
+            (type_, blob[:-1] + bytes([blob[-1] ^ 1])),
+        ):
+            _execute(
+                lg_url,
+                "UPDATE {p}lg_blobs SET type = %s, blob = %s WHERE thread_id = %s",
+                new_type,
+                new_blob,
+                "tamper",
+            )
+            with pytest.raises(SerializationError, match="does not authenticate"):
+                enc.get_tuple(config)
+
+
+def test_clear_rows_still_read_once_a_key_is_configured(lg_url: str) -> None:
+    with PerdureSaver.from_url(lg_url) as saver:
+        config = _put_chain(saver, "clear", [{"secret": ["x"]}])[-1]
+        encryption.configure_keys(base64.b64encode(os.urandom(32)).decode())
+        try:
+            tup = saver.get_tuple(config)
+        finally:
+            encryption.configure_keys(None)
+    assert tup is not None and tup.checkpoint["channel_values"]["secret"] == ["x"]
 
 
 @pytest.mark.parametrize(
@@ -561,14 +637,7 @@ def test_deltas_survive_maintenance(saver: PerdureSaver, lg_url: str) -> None:
 
 def test_corrupt_row_is_a_typed_error(saver: PerdureSaver, lg_url: str) -> None:
     config = _put_chain(saver, "corrupt", [{"n": 1}])[-1]
-    target = parse_url(lg_url)
     sql = "UPDATE {p}lg_checkpoints SET checkpoint = %s WHERE thread_id = %s"
-    if isinstance(target, SqliteTarget):
-        with sqlite3.connect(target.path) as conn:
-            conn.execute(sql.format(p="").replace("%s", "?"), (b"\xc1garbage", "corrupt"))
-    else:
-        assert isinstance(target, PostgresTarget)
-        with psycopg.connect(target.conninfo) as pg:
-            pg.execute(sql.format(p=f'"{target.schema}".').encode(), (b"\xc1garbage", "corrupt"))
+    _execute(lg_url, sql, b"\xc1garbage", "corrupt")
     with pytest.raises(CorruptCheckpointError, match="corrupt"):
         saver.get_tuple(config)

@@ -29,13 +29,9 @@ plain type and read back as it, as from every LangGraph saver.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import enum
 import importlib
-import importlib.util
-import os
 import sys
 import threading
 from collections import deque
@@ -45,7 +41,6 @@ from typing import Any
 import ormsgpack
 from langgraph.checkpoint.serde import jsonplus as J
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from perdure.errors import ConfigurationError, SerializationError
@@ -58,10 +53,6 @@ from perdure_langgraph._compat import (
     schema_types,
 )
 
-#: Environment variable holding the AES key (16, 24 or 32 bytes: raw, hex or base64).
-KEY_ENV = "PERDURE_LANGGRAPH_KEY"
-
-_AES_SIZES = (16, 24, 32)
 _OPT = ormsgpack.OPT_NON_STR_KEYS
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes, bytearray})
 _CONTAINERS = (list, tuple, set, frozenset, deque)
@@ -345,44 +336,14 @@ def strict_serializer(allowed_types: AllowedTypes | None = None) -> PerdureSeria
     return PerdureSerializer(allowed_types)
 
 
-def parse_key(raw: str) -> bytes:
-    """Decode an AES key given raw (16/24/32 characters), as hex, or as base64."""
-    candidates: list[bytes] = [raw.encode()]
-    try:
-        candidates.append(bytes.fromhex(raw))
-    except ValueError:
-        pass
-    try:
-        candidates.append(base64.b64decode(raw, validate=True))
-    except (binascii.Error, ValueError):
-        pass
-    for key in candidates:
-        if len(key) in _AES_SIZES:
-            return key
-    raise ConfigurationError(
-        f"{KEY_ENV} must be an AES key of 16, 24 or 32 bytes, given raw, as hex or as "
-        f"base64; the value set has {len(raw)} characters and decodes to none of these"
-    )
-
-
-def default_serializer(
-    key: str | None = None, allowed_types: AllowedTypes | None = None
-) -> SerializerProtocol:
-    """The strict serializer, wrapped in AES encryption when a key is given or in the env."""
-    raw = key if key is not None else os.environ.get(KEY_ENV)
-    if not raw:
-        return strict_serializer(allowed_types)
-    aes_key = parse_key(raw)
-    if importlib.util.find_spec("Crypto") is None:
-        raise ConfigurationError(
-            f"{KEY_ENV} is set, so checkpoints must be encrypted, but pycryptodome is not "
-            "installed: install it (pip install pycryptodome) or unset the variable"
-        )
-    return EncryptedSerializer.from_pycryptodome_aes(strict_serializer(allowed_types), key=aes_key)
+def default_serializer(allowed_types: AllowedTypes | None = None) -> PerdureSerializer:
+    """The saver's serializer (encryption at rest is the saver's: ``_sealing``)."""
+    return strict_serializer(allowed_types)
 
 
 def inner_serializer(serde: SerializerProtocol) -> PerdureSerializer | None:
-    """The ``PerdureSerializer`` inside ``serde`` (itself, or under encryption)."""
+    """The ``PerdureSerializer`` inside ``serde`` (itself, or under LangGraph's
+    ``EncryptedSerializer`` when a caller passed one as ``serde=``)."""
     if isinstance(serde, PerdureSerializer):
         return serde
     inner = getattr(serde, "serde", None)

@@ -22,9 +22,10 @@ at once. So a superstep costs one commit and one flush.
 
 Values are encoded as ``JsonPlusSerializer`` encodes them, never with pickle, and decoded
 only into allowed types (see ``perdure_langgraph._serde``: LangGraph's safe types, the
-graph's schema types, ``allowed_types=``), optionally AES-encrypted
-(``PERDURE_LANGGRAPH_KEY``). A value of a type that could not be read back is a
-``DisallowedTypeError`` naming the type and the channel when it is written.
+graph's schema types, ``allowed_types=``), and sealed with perdure's encryption key when
+one is configured (``PERDURE_ENCRYPTION_KEY``: see ``perdure_langgraph._sealing``). A
+value of a type that could not be read back is a ``DisallowedTypeError`` naming the type
+and the channel when it is written.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from perdure_langgraph import _sql as S
 from perdure_langgraph._compat import DeltaSnapshot as _DeltaSnapshot
 from perdure_langgraph._drivers import Driver, Op, PostgresDriver, Row, SqliteDriver, Stmt
 from perdure_langgraph._jsonable import to_jsonable
+from perdure_langgraph._sealing import seal, unseal
 from perdure_langgraph._serde import (
     AllowedTypes,
     DisallowedTypeError,
@@ -239,8 +241,10 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             inner.portable = True
 
     def _dumps(self, value: Any, where: Callable[[], str]) -> tuple[str, bytes]:
+        """One value as a row's ``(type, payload)``: serialized, then sealed when an
+        encryption key is configured."""
         try:
-            return self.serde.dumps_typed(value)
+            return seal(*self.serde.dumps_typed(value))
         except DisallowedTypeError as exc:
             raise DisallowedTypeError(f"{where()}: {exc}") from None
 
@@ -307,7 +311,6 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
-        dumps = self.serde.dumps_typed
         blobs: list[tuple[Any, ...]] = []
         delta = False
         values = checkpoint["channel_values"]
@@ -362,7 +365,8 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             )
 
         if head is not None and record is not None:
-            row = (*common, head.base_id, *dumps(record), md_json, thread_id, ns, head.base_id)
+            delta_row = self._dumps(record, lambda: f"checkpoint of {thread_id!r}")
+            row = (*common, head.base_id, *delta_row, md_json, thread_id, ns, head.base_id)
             batch.append(Stmt(q.insert_checkpoint_delta, row, fetch=True))
             new_head = C.Head(checkpoint_id, head.base_id, head.base, head.deltas + 1)
         else:
@@ -472,8 +476,9 @@ class PerdureSaver(BaseCheckpointSaver[str]):
 
     def _loads(self, type_: str, payload: Any, where: str) -> Any:
         """Decode one stored value; a row that cannot be decoded raises a typed error."""
+        opened = unseal(str(type_), bytes(payload or b""), where)
         try:
-            return self.serde.loads_typed((type_, bytes(payload or b"")))
+            return self.serde.loads_typed(opened)
         except DisallowedTypeError as exc:
             raise DisallowedTypeError(f"{where}: {exc}") from None
         except Exception as exc:
@@ -777,7 +782,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
                     yield Stmt(
                         q.materialize,
                         (
-                            *self.serde.dumps_typed(whole[checkpoint_id]),
+                            *self._dumps(whole[checkpoint_id], lambda c=checkpoint_id: repr(c)),
                             thread_id,
                             ns,
                             checkpoint_id,
@@ -860,7 +865,8 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             header = yield from self._whole_op(thread_id, ns, head_row[0])
             if head_row[0][1] is not None:
                 # stored as a delta against a checkpoint about to go: store it whole
-                yield Stmt(q.materialize, (*self.serde.dumps_typed(header), thread_id, ns, head))
+                row = self._dumps(header, lambda h=head: f"checkpoint {h!r}")
+                yield Stmt(q.materialize, (*row, thread_id, ns, head))
             ids = d.arr(doomed)
             yield Stmt(q.delete_writes_in, (thread_id, ns, ids))
             yield Stmt(q.delete_checkpoints_in, (thread_id, ns, ids))
