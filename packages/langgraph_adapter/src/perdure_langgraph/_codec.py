@@ -11,11 +11,12 @@ at most one extra row.
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from perdure.errors import PerdureError
 
@@ -99,6 +100,47 @@ def encode_delta(rest: dict[str, Any], base: Maps, maps: Maps) -> dict[str, Any]
     return {**rest, DELTA_KEY: parts}
 
 
+def metadata(raw: Any, where: str) -> dict[str, Any]:
+    """A row's metadata column (JSON text on SQLite, JSONB on PostgreSQL) as a dict."""
+    if isinstance(raw, dict):
+        return cast(dict[str, Any], raw)
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise CorruptCheckpointError(f"{where}: its metadata is not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise CorruptCheckpointError(f"{where}: its metadata is not a JSON object")
+    return cast(dict[str, Any], value)
+
+
+def check_stored(stored: Any, where: str) -> dict[str, Any]:
+    """``stored`` (a decoded header row) if it has the shape :func:`decode` reads, else
+    :class:`CorruptCheckpointError` naming ``where``: a whole header's maps are maps
+    (``versions_seen`` of maps), a delta's changes come in (map, list) pairs."""
+    if not isinstance(stored, dict) or not all(isinstance(k, str) for k in stored):
+        raise CorruptCheckpointError(f"{where} is not a checkpoint header: {type(stored).__name__}")
+    header: dict[str, Any] = stored
+    if DELTA_KEY in header:
+        parts = header[DELTA_KEY]
+        if (
+            not isinstance(parts, list)
+            or len(parts) != 2 * len(MAPS)
+            or not all(isinstance(p, dict) for p in parts[0::2])
+            or not all(isinstance(p, list) for p in parts[1::2])
+            or not all(isinstance(k, str) for p in parts[1::2] for k in p)
+            or not all(isinstance(v, dict) for v in parts[2].values())
+        ):
+            raise CorruptCheckpointError(f"{where}: its delta record is malformed")
+        return header
+    for name in MAPS:
+        value = header.get(name)
+        if not isinstance(value, dict):
+            raise CorruptCheckpointError(f"{where}: {name} is a {type(value).__name__}, not a map")
+    if not all(isinstance(v, dict) for v in header["versions_seen"].values()):
+        raise CorruptCheckpointError(f"{where}: versions_seen holds a value that is not a map")
+    return header
+
+
 def is_delta(stored: Mapping[str, Any]) -> bool:
     """Whether a decoded header is a delta record."""
     return DELTA_KEY in stored
@@ -108,9 +150,10 @@ def decode(stored: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any
     """A whole header from a stored record (and its decoded, whole base for a delta)."""
     if DELTA_KEY not in stored:
         return stored
-    if base is None:
+    if base is None or DELTA_KEY in base:
         raise CorruptCheckpointError(
-            f"checkpoint {stored.get('id')!r} is stored as a delta but its base row is missing"
+            f"checkpoint {stored.get('id')!r} is stored as a delta but its base row is "
+            + ("missing" if base is None else "itself a delta")
         )
     parts = stored[DELTA_KEY]
     header = {k: v for k, v in stored.items() if k != DELTA_KEY}

@@ -17,7 +17,7 @@ import time
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from perdure.errors import BackendUnavailableError, ConfigurationError
+from perdure.errors import BackendUnavailableError, ConfigurationError, SubstrateError
 from perdure_langgraph._sql import (
     POSTGRES_MIGRATIONS,
     SQLITE,
@@ -350,10 +350,12 @@ class SqliteDriver(Driver):
                     return self._transact_locked(cur, op, write)
                 finally:
                     cur.close()
-        except sqlite3.OperationalError as exc:
+        except sqlite3.DatabaseError as exc:
             if _sqlite_unavailable(exc):
                 raise BackendUnavailableError(f"{self.description}: {exc}") from exc
-            raise
+            # SQLite refused for good (a corrupt file, a row its JSON functions cannot
+            # read): a typed error naming the database, not a bare sqlite3 one.
+            raise SubstrateError(f"{self.description}: {exc}") from exc
 
     def _transact_locked(
         self, cur: sqlite3.Cursor, op: Op[T] | list[Stmt], write: bool

@@ -57,6 +57,9 @@ _OPT = ormsgpack.OPT_NON_STR_KEYS
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes, bytearray})
 _CONTAINERS = (list, tuple, set, frozenset, deque)
 
+#: Serializer types other than msgpack that hold their value as is.
+_READ_AS_IS = frozenset({"null", "bytes", "bytearray"})
+
 TypeKey = tuple[str, ...]
 #: The first refusal of the value being decoded on this thread (ormsgpack hides it).
 _refused = threading.local()
@@ -247,7 +250,14 @@ class PerdureSerializer(JsonPlusSerializer):
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         type_, payload = data
         if type_ != "msgpack":
-            return super().loads_typed(data)
+            if type_ in _READ_AS_IS:
+                return super().loads_typed(data)
+            # LangGraph's "json" revives classes named in the data (it imports them) and
+            # "pickle" runs code: this serializer writes neither, so it reads neither.
+            raise SerializationError(
+                f"stored with serializer type {type_!r}, which this checkpointer does not "
+                f"read (it writes msgpack, null, bytes and bytearray only)"
+            )
         _refused.error = None
         try:
             return self._unpack(payload)

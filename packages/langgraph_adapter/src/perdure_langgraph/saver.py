@@ -487,11 +487,15 @@ class PerdureSaver(BaseCheckpointSaver[str]):
                 f"{type(exc).__name__}: {exc}"
             ) from exc
 
+    def _header(self, type_: str, payload: Any, where: str) -> dict[str, Any]:
+        """Decode one stored checkpoint header (whole or delta), checking its shape."""
+        return C.check_stored(self._loads(type_, payload, where), where)
+
     def _headers_op(self, rows: list[Row]) -> Op[list[dict[str, Any]]]:
         """Whole headers of checkpoint rows, fetching the bases of rows stored as deltas."""
         q = self._q
         stored: list[dict[str, Any]] = [
-            self._loads(r[4], r[5], f"checkpoint {r[2]!r} of thread {r[0]!r}") for r in rows
+            self._header(r[4], r[5], f"checkpoint {r[2]!r} of thread {r[0]!r}") for r in rows
         ]
         known: dict[tuple[str, str, str], dict[str, Any]] = {
             (r[0], r[1], r[2]): st for r, st in zip(rows, stored, strict=True) if not C.is_delta(st)
@@ -505,7 +509,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
                 q.select_bases_for, (thread_id, *q.d.rows(sorted(pairs), 2)), fetch=True
             )
             for ns, checkpoint_id, type_, payload in found:
-                known[(thread_id, ns, checkpoint_id)] = self._loads(
+                known[(thread_id, ns, checkpoint_id)] = self._header(
                     type_, payload, f"checkpoint {checkpoint_id!r} of thread {thread_id!r}"
                 )
         return [
@@ -515,12 +519,12 @@ class PerdureSaver(BaseCheckpointSaver[str]):
     def _whole_op(self, thread_id: str, ns: str, row: Row) -> Op[dict[str, Any]]:
         """The whole header of one ``(checkpoint_id, base_id, type, checkpoint)`` row."""
         where = f"checkpoint {row[0]!r} of thread {thread_id!r}"
-        stored: dict[str, Any] = self._loads(row[2], row[3], where)
+        stored = self._header(row[2], row[3], where)
         if not C.is_delta(stored):
             return stored
         found = yield Stmt(self._q.select_header, (thread_id, ns, row[1]), fetch=True)
         base = (
-            self._loads(found[0][2], found[0][3], f"base of {where}")
+            self._header(found[0][2], found[0][3], f"base of {where}")
             if found and found[0][1] is None
             else None
         )
@@ -567,7 +571,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
                         f"channel {channel!r} of checkpoint {checkpoint_id!r} of thread "
                         f"{thread_id!r}",
                     )
-            metadata = r[6] if isinstance(r[6], dict) else json.loads(r[6])
+            metadata = C.metadata(r[6], f"checkpoint {checkpoint_id!r} of thread {thread_id!r}")
             pending: list[PendingWrite] = [
                 (w[3], w[6], self._loads(w[7], w[8], f"write {w[6]!r} of task {w[3]!r}"))
                 for w in sorted(
@@ -672,7 +676,11 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         yield from q.begin_read
         rows = yield Stmt(d.sql(sql), tuple(params), fetch=True)
         if post_filter:
-            rows = [r for r in rows if _metadata_matches(json.loads(r[6]), post_filter)]
+            rows = [
+                r
+                for r in rows
+                if _metadata_matches(C.metadata(r[6], f"checkpoint {r[2]!r}"), post_filter)
+            ]
             if limit is not None:
                 rows = rows[: int(limit)]
         return (yield from self._load_op(rows))
@@ -765,7 +773,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             rows = yield Stmt(q.select_headers, (thread_id, ns), fetch=True)
             parent_of: dict[str, str | None] = {r[0]: r[1] for r in rows}
             stored = {
-                r[0]: self._loads(r[3], r[4], f"checkpoint {r[0]!r} of thread {thread_id!r}")
+                r[0]: self._header(r[3], r[4], f"checkpoint {r[0]!r} of thread {thread_id!r}")
                 for r in rows
             }
             whole = {r[0]: C.decode(stored[r[0]], stored.get(r[2] or "")) for r in rows}
@@ -847,8 +855,9 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             )
             roots = by_ns.get("", {})
             for ns, _checkpoint_id, raw in md_rows:
-                md = raw if isinstance(raw, dict) else json.loads(raw)
-                root = (md.get("parents") or {}).get("")
+                md = C.metadata(raw, f"checkpoint {_checkpoint_id!r} of thread {thread_id!r}")
+                parents = md.get("parents")
+                root = parents.get("") if isinstance(parents, dict) else None
                 if root and root in roots and root != heads.get(""):
                     calls.add(ns)
         if calls:
