@@ -18,6 +18,7 @@ from perdure.cli import app
 from perdure.cli.render import run_summary, runs_table
 from perdure.records import Event, EventKind, RunInfo, RunStatus
 from perdure.registry import open_backend
+from perdure.semantics import approvals
 from perdure.workflow import Workflow
 
 ENV = {"COLUMNS": "250", "PERDURE_DEBUG": "", "NO_COLOR": "1"}
@@ -138,7 +139,8 @@ def test_approve_records_who_decided_in_show_and_export(url: str, tmp_path: Path
     start(url, cli_workflows.greet, "bob", run_id="greet-2")
     result = cli("approve", "greet-2", "--url", url, "--by", "alice", "--message", "fine")
     assert result.exit_code == 0, result.output
-    assert "approved run greet-2 as alice" in result.stdout
+    request = approvals.request_id("greet-2", "2:signal:approval")
+    assert f"approved request {request} of run greet-2 as alice" in result.stdout
 
     info = drive(url, "greet-2")
     assert info.status is RunStatus.SUCCEEDED

@@ -41,20 +41,29 @@ async def test_a_run_waits_for_approval_across_process_exits_and_resumes_elsewhe
     assert received[0].data["payload"] == {"approved": True, "message": "ok"}
 
 
-async def test_a_signal_sent_before_the_wait_is_kept_for_it(
+async def test_an_approval_sent_before_the_wait_is_refused_and_never_answers_it(
     perdure_backend: Any, receiver: Receiver, processes: Processes
 ) -> None:
+    """Approvals are requests: one sent before the wait began is refused (exit 5), so
+    it cannot answer a request nobody has seen. Plain signals may still arrive early
+    (tests/core/test_engine.py, signals sent before the wait)."""
     hold = receiver.hold("charge", "before")
     driver = processes.drive("scenarios", "approval", "8", run_id="r-early")
     receiver.wait_held(hold)
     rejected = processes.cli("reject", "r-early", "--by", "bob", "--message", "no")
-    assert rejected.returncode == 0, rejected.stderr
+    assert rejected.returncode == 5, rejected.stdout + rejected.stderr
+    assert "no approval is pending" in rejected.stdout + rejected.stderr
     hold.release.set()
     assert driver.wait() == 0, driver.output()
+    info = await wait_for_status(perdure_backend, "r-early", (RunStatus.SUSPENDED,))
+    assert info.waiting_for == "approval" and info.request_id is not None
+    approved = processes.cli("approve", "r-early", "--by", "ann", "--message", "yes")
+    assert approved.returncode == 0, approved.stderr
+    processes.worker("scenarios")
     info = await wait_for_status(perdure_backend, "r-early", ENDED)
     assert info.status is RunStatus.SUCCEEDED
-    assert info.result == {"approved": False, "message": "no"}
-    assert receiver.applied["email"] == 0
+    assert info.result == {"approved": True, "message": "yes"}
+    assert receiver.applied["email"] == 1
 
 
 async def test_cancellation_compensates_completed_steps_once_in_reverse_order(

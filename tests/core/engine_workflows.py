@@ -349,8 +349,9 @@ async def hold(name: str) -> str:
 @perdure.workflow
 async def early_signal_flow() -> list[Any]:
     await hold("early")
-    first = await perdure.wait_for_signal("approval")
-    second = await perdure.wait_for_signal("approval")
+    # A plain signal (not an approval request) may arrive before its wait.
+    first = await perdure.wait_for_signal("go")
+    second = await perdure.wait_for_signal("go")
     return [first, second]
 
 

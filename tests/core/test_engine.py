@@ -482,14 +482,14 @@ async def test_signals_sent_before_the_wait_are_consumed_in_order_without_suspen
 ) -> None:
     handle = await backend.start(ew.early_signal_flow, (), {}, run_id="early")
     await ew.gate("early:started").wait()  # the run is inside its first step
-    await backend.signal("early", "approval", {"n": 1}, by="bob")
-    await backend.signal("early", "approval", {"n": 2}, by="carol")
+    await backend.signal("early", "go", {"n": 1}, by="bob")
+    await backend.signal("early", "go", {"n": 2}, by="carol")
     ew.gate("early").set()
     assert await handle.result() == [{"n": 1}, {"n": 2}]
     history = await handle.history()
     assert of_kind(history, EventKind.SUSPENDED) == []
     received = of_kind(history, EventKind.SIGNAL_RECEIVED)
-    assert [ev.step_key for ev in received] == ["2:signal:approval", "3:signal:approval"]
+    assert [ev.step_key for ev in received] == ["2:signal:go", "3:signal:go"]
     assert [ev.data["payload"] for ev in received] == [{"n": 1}, {"n": 2}]
     assert [ev.data["sent_by"] for ev in received] == ["bob", "carol"]
 

@@ -13,7 +13,27 @@ from perdure.backend import Backend, ReconcileOutcome, RunHandle
 from perdure.config import resolve_url
 from perdure.records import Event, RunInfo, RunStatus
 from perdure.registry import open_backend
+from perdure.semantics.approvals import APPROVAL, channel
 from perdure.workflow import Workflow
+
+__all__ = [
+    "APPROVAL",
+    "approve",
+    "cancel",
+    "configure",
+    "connect",
+    "get_handle",
+    "get_run",
+    "history",
+    "list_runs",
+    "reconcile",
+    "reject",
+    "resume",
+    "run",
+    "shutdown",
+    "signal",
+    "start",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -137,20 +157,38 @@ async def signal(
     await (await connect(url)).signal(run_id, name, payload, by=by)
 
 
-APPROVAL = "approval"
-
-
 async def approve(
-    run_id: str, *, by: str | None = None, message: str | None = None, url: str | None = None
+    run_id: str,
+    request: str | None = None,
+    *,
+    by: str | None = None,
+    message: str | None = None,
+    url: str | None = None,
 ) -> None:
-    """Approve what the run waits for (``wait_for_signal("approval")``)."""
-    await signal(run_id, APPROVAL, {"approved": True, "message": message}, by=by, url=url)
+    """Approve approval request ``request`` of the run (a ``wait_for_signal("approval")``;
+    ``RunInfo.request_id`` names the pending one). ``ApprovalNotPendingError`` when it is
+    not pending: answered already, timed out, or the run moved on. Without ``request``,
+    the request pending at that instant is approved; name it to approve what you saw."""
+    await _answer(run_id, request, {"approved": True, "message": message}, by, url)
 
 
 async def reject(
-    run_id: str, *, by: str | None = None, message: str | None = None, url: str | None = None
+    run_id: str,
+    request: str | None = None,
+    *,
+    by: str | None = None,
+    message: str | None = None,
+    url: str | None = None,
 ) -> None:
-    await signal(run_id, APPROVAL, {"approved": False, "message": message}, by=by, url=url)
+    """Reject approval request ``request`` of the run (as ``approve``)."""
+    await _answer(run_id, request, {"approved": False, "message": message}, by, url)
+
+
+async def _answer(
+    run_id: str, request: str | None, payload: Any, by: str | None, url: str | None
+) -> None:
+    name = APPROVAL if request is None else channel(request)
+    await (await connect(url)).signal(run_id, name, payload, by=by)
 
 
 async def cancel(run_id: str, *, url: str | None = None) -> RunInfo:

@@ -114,6 +114,19 @@ class InvalidRunStateError(PerdureError):
     """The operation does not apply to the run in its current status."""
 
 
+class ApprovalNotPendingError(InvalidRunStateError):
+    """An approval or rejection names a request the run is not waiting on now: never
+    asked, already answered (another approver won), timed out, or the run moved on.
+    ``request_id`` is the request named (``None``: the caller named none and no
+    approval is pending)."""
+
+    def __init__(self, run_id: str, request_id: str | None, detail: str) -> None:
+        named = "" if request_id is None else f" request {request_id!r}"
+        super().__init__(f"run {run_id!r}: no approval{named} is pending: {detail}")
+        self.run_id = run_id
+        self.request_id = request_id
+
+
 class StepFailedError(PerdureError):
     """A step failed permanently: its retries are exhausted or the error is permanent.
 

@@ -111,6 +111,9 @@ class RunInfo:
     attention: dict[str, Any] | None = None
     parent_run_id: str | None = None
     details: dict[str, Any] = field(default_factory=lambda: {})
+    #: The approval request the run waits on (``waiting_for == "approval"``), named by
+    #: ``perdure approve --request`` (see ``perdure.semantics.approvals``).
+    request_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -130,6 +133,7 @@ class RunInfo:
             "wake_at": self.wake_at,
             "attention": self.attention,
             "parent_run_id": self.parent_run_id,
+            "request_id": self.request_id,
         }
 
 

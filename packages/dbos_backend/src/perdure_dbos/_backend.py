@@ -25,6 +25,7 @@ from perdure.backend import Backend, ReconcileOutcome, RunHandle
 from perdure.context import current_run
 from perdure.engine.owners import new_owner_id, owner_is_dead
 from perdure.errors import (
+    ApprovalNotPendingError,
     BackendUnavailableError,
     ConfigurationError,
     CorruptHistoryError,
@@ -36,6 +37,7 @@ from perdure.errors import (
     StepFailedError,
 )
 from perdure.records import Event, EventKind, RunInfo, RunStatus
+from perdure.semantics import approvals
 from perdure.serialization import from_jsonable, to_jsonable
 from perdure.workflow import Workflow, get_workflow, registered_workflows
 from perdure_dbos import _compat
@@ -375,6 +377,21 @@ class DbosBackend(Backend):
         data = to_jsonable(payload, f"payload of signal {name!r} to run {run_id!r}")
         await self._status(run_id)
         message = {"payload": data, "sent_by": by, "sent_at": time.time()}
+        if approvals.is_approval(name):
+            # An answer to an approval request: only while the run waits on it, and the
+            # one conditional update of its mark lets exactly one answer through.
+            marks = runtime().marks
+            info = await self.get_run(run_id)
+            mark = await asyncio.to_thread(marks.get, run_id)
+            waiting = None if mark is None else mark.waiting_for
+            topic = approvals.answer_channel(run_id, info.status, waiting, name)
+            if not await asyncio.to_thread(marks.take_signal, run_id, topic):
+                raise ApprovalNotPendingError(
+                    run_id, approvals.request_of(topic), "another answer was taken first"
+                )
+            await DBOS.send_async(run_id, message, topic=topic)
+            woken(run_id, topic)
+            return
         await DBOS.send_async(run_id, message, topic=name)
         woken(run_id, name)
         await asyncio.to_thread(runtime().marks.take_signal, run_id, name)
@@ -680,7 +697,7 @@ def _info(st: StatusRow, mark: Mark | None) -> RunInfo:
                 f"executor {executor} died; a `perdure worker` with workflow "
                 f"{workflow!r} (application version {st.app_version}) will recover it"
             )
-    return info
+    return approvals.present(info)
 
 
 def _history(info: RunInfo, steps: list[Any]) -> list[Event]:
@@ -719,6 +736,8 @@ def _history(info: RunInfo, steps: list[Any]) -> list[Event]:
                 data = {k: msg.get(k) for k in ("payload", "sent_by", "sent_at")}
                 sent_at = float(msg.get("sent_at") or 0)
                 data["waited"] = round(max(0.0, sent_at - float(env.get("_at") or sent_at)), 6)
+                if env.get("name") == approvals.APPROVAL:
+                    data["request_id"] = approvals.request_id(info.run_id, key)
                 add(EventKind.SIGNAL_RECEIVED, at, key, env.get("name"), data)
             continue
         if not isinstance(out, dict) or "t" not in out:
@@ -767,6 +786,11 @@ def _history(info: RunInfo, steps: list[Any]) -> list[Event]:
                     "waiting_for": name,
                     "wake_at": env.get("deadline"),
                     "details": env.get("details"),
+                    **(
+                        {"request_id": approvals.request_id(info.run_id, fname)}
+                        if name == approvals.APPROVAL
+                        else {}
+                    ),
                 },
             )
             wait = (fname, env)

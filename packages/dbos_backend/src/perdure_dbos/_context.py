@@ -28,6 +28,7 @@ from perdure.errors import (
     StepFailedError,
 )
 from perdure.positions import KEYED_PREFIX, Compensation, Positions
+from perdure.semantics import approvals
 from perdure.serialization import from_jsonable, to_jsonable
 from perdure.steps import call_plain
 from perdure_dbos._serializer import CorruptValueError
@@ -401,6 +402,12 @@ class DbosRunContext:
     ) -> Any:
         key = f"{self._position()}:signal:{name}"
         shown = to_jsonable(details, f"details of wait {key!r}") if details else None
+        # An approval waits on its own request's topic (``perdure.semantics.approvals``).
+        topic = (
+            approvals.channel(approvals.request_id(self.run_id, key))
+            if name == approvals.APPROVAL
+            else name
+        )
 
         fresh = False
 
@@ -420,7 +427,7 @@ class DbosRunContext:
             # previous execution may have died before clearing its wait).
             await self._set(waiting_for=None, wake_at=None, details=None)
             message = await self._dbos(
-                key, DBOS.recv_async(name, FOREVER if timeout is None else timeout)
+                key, DBOS.recv_async(topic, FOREVER if timeout is None else timeout)
             )
             if message is None:
                 raise SignalTimeoutError(name, float(timeout or 0))
@@ -433,21 +440,21 @@ class DbosRunContext:
         if await asyncio.to_thread(
             self.marks.suspend,
             self.run_id,
-            name,
+            topic,
             wake_at=env.get("deadline"),
             details=shown,
             inbox=inbox(),
         ):
-            self.waiting_on = name
+            self.waiting_on = topic
             self.state = "waiting"  # a signal sent before the wait is taken without stopping
         if not self.cancelling and await self._cancel_requested(fresh=True):
             # Cancelled between the check above and our waiting_for write: make sure the
             # recv below sees it (``cancel`` may have found us not waiting yet).
             from perdure_dbos._backend import send_cancel
 
-            await asyncio.to_thread(send_cancel, self.run_id, name)
+            await asyncio.to_thread(send_cancel, self.run_id, topic)
         message = await self._dbos(
-            key, DBOS.recv_async(name, FOREVER if timeout is None else timeout)
+            key, DBOS.recv_async(topic, FOREVER if timeout is None else timeout)
         )
         self.state = "running"
         await self._set(waiting_for=None, wake_at=None, details=None)

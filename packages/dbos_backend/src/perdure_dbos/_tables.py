@@ -158,15 +158,17 @@ class Marks:
             done = c.execute(sa.update(t).where(t.c.run_id == run_id, ~pending).values(**values))
         return done.rowcount > 0
 
-    def take_signal(self, run_id: str, topic: str) -> None:
-        """A message on ``topic`` was delivered: the run no longer waits for it."""
+    def take_signal(self, run_id: str, topic: str) -> bool:
+        """A message on ``topic`` was delivered: the run no longer waits for it. Whether
+        it was waiting (one statement: of two callers for one topic, one gets True)."""
         t = self.table
         with self.engine.begin() as c:
-            c.execute(
+            done = c.execute(
                 sa.update(t)
                 .where(t.c.run_id == run_id, t.c.waiting_for == topic)
                 .values(waiting_for=None, wake_at=None, details=None, updated_at=time.time())
             )
+        return done.rowcount > 0
 
     def get(self, run_id: str) -> Mark | None:
         with self.engine.connect() as c:

@@ -42,13 +42,14 @@ from temporalio.worker import Worker
 from perdure import tracing
 from perdure.backend import Backend, ReconcileOutcome, RunHandle, run_filter
 from perdure.errors import (
+    ApprovalNotPendingError,
     BackendUnavailableError,
     ConfigurationError,
     InvalidRunStateError,
     RunNotFoundError,
 )
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus
-from perdure.semantics import events, guards
+from perdure.semantics import approvals, events, guards
 from perdure.serialization import to_jsonable
 from perdure.workflow import Workflow, registered_workflows
 from perdure_temporal.codec import Values
@@ -59,6 +60,7 @@ from perdure_temporal.payloads import PayloadStore, open_payloads
 from perdure_temporal.url import TemporalUrl
 from perdure_temporal.worker import WorkflowWorker, drive_worker
 from perdure_temporal.workflow import (
+    APPROVAL_NOT_PENDING,
     INPUT_MEMO,
     INVALID_STATE,
     MEMO,
@@ -413,6 +415,9 @@ class TemporalBackend(Backend):
             cause = exc.cause
             if isinstance(cause, ApplicationError) and cause.type == INVALID_STATE:
                 raise InvalidRunStateError(cause.message) from None
+            if isinstance(cause, ApplicationError) and cause.type == APPROVAL_NOT_PENDING:
+                named = approvals.request_of(str(arg.get("name")))
+                raise ApprovalNotPendingError(run_id, named, cause.message) from None
             raise
         except RPCError as exc:
             if exc.status is RPCStatusCode.NOT_FOUND:

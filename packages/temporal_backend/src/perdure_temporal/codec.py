@@ -13,6 +13,7 @@ from typing import Any
 
 from perdure.errors import CorruptHistoryError
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus
+from perdure.semantics import approvals
 from perdure_temporal.payloads import PayloadError, PayloadStore
 from perdure_temporal.url import TemporalUrl
 
@@ -123,7 +124,7 @@ class Values:
         except ValueError:
             raise CorruptHistoryError(run_id, None, f"unknown status {run['status']!r}") from None
         text = run.get("input", input_text)
-        return RunInfo(
+        info = RunInfo(
             run_id=run_id,
             workflow=run["workflow"],
             status=status,
@@ -150,3 +151,4 @@ class Values:
                 },
             },
         )
+        return approvals.present(info)

@@ -56,6 +56,13 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 #: Error types a refused update carries (``ApplicationError.type``).
 STALE_DRIVE = "PerdureStaleDrive"
 INVALID_STATE = "PerdureInvalidRunState"
+APPROVAL_NOT_PENDING = "PerdureApprovalNotPending"
+
+#: ``perdure.semantics.approvals``, restated with the standard library (the workflow
+#: imports nothing else): an answer to an approval is stored under its request's
+#: channel, only while the run waits on it, and storing it clears the wait.
+APPROVAL = "approval"
+CHANNEL = "approval:"
 
 #: History events after which a run continues as new between two drives.
 HISTORY_LIMIT = 8_000
@@ -292,12 +299,19 @@ class PerdureRun:
         convert = workflow.payload_converter()
         payload = convert.from_payload(args[0].payload) if args else None
         meta: dict[str, Any] = convert.from_payload(args[1].payload) if len(args) > 1 else {}
+        if _is_approval(name):
+            if self._refuse_answer(name) is not None:
+                return  # a signal cannot be refused: an answer to no pending request is dropped
+            self._answer(name, payload, meta)
+            return
         self._receive(name, payload, meta)
 
     @workflow.update
     def deliver(self, arg: dict[str, Any]) -> dict[str, Any]:
         """perdure's own signal: like a Temporal signal, but acknowledged once the run's
         record says it is due, and refused when the run has ended."""
+        if _is_approval(arg["name"]):
+            return self._answer(arg["name"], arg.get("payload"), arg)
         return self._receive(arg["name"], arg.get("payload"), arg)
 
     @deliver.validator
@@ -307,6 +321,28 @@ class PerdureRun:
                 f"run {self.run['run_id']!r} is {self.run['status']}; it takes no signals",
                 INVALID_STATE,
             )
+        refused = self._refuse_answer(arg["name"]) if _is_approval(arg["name"]) else None
+        if refused is not None:
+            raise _refused(refused, APPROVAL_NOT_PENDING)
+
+    def _refuse_answer(self, name: str) -> str | None:
+        """Why an answer called ``name`` is refused now, or None: it must name the
+        request the run waits on (``approval`` alone: whichever that is)."""
+        run = self.run
+        waiting = run["waiting_for"] if run["status"] == "suspended" else None
+        if not (isinstance(waiting, str) and waiting.startswith(CHANNEL)):
+            return f"the run is {run['status']}; it waits for no approval (not yet, or answered)"
+        if name != APPROVAL and name != waiting:
+            return f"the request pending is {waiting[len(CHANNEL) :]!r}"
+        return None
+
+    def _answer(self, name: str, payload: Any, meta: dict[str, Any]) -> dict[str, Any]:
+        """Store an answer under the pending request's channel and clear the wait, in
+        this one handler: a second answer to the request is refused."""
+        record = self._receive(self.run["waiting_for"], payload, meta)
+        self.run.update(waiting_for=None, attention=None)
+        self._publish(force=True)
+        return record
 
     def _receive(self, name: str, payload: Any, meta: dict[str, Any]) -> dict[str, Any]:
         record = {
@@ -397,9 +433,14 @@ class PerdureRun:
 
 
 def _refused(message: str, kind: str) -> ApplicationError:
-    """A validator's refusal (``kind`` is ``STALE_DRIVE`` or ``INVALID_STATE``): the
-    update never reaches the history, and the caller raises the matching perdure error."""
+    """A validator's refusal (``kind``: ``STALE_DRIVE``, ``INVALID_STATE`` or
+    ``APPROVAL_NOT_PENDING``): the update never reaches the history, and the caller
+    raises the matching perdure error."""
     return ApplicationError(message, type=kind, non_retryable=True)
+
+
+def _is_approval(name: str) -> bool:
+    return name == APPROVAL or name.startswith(CHANNEL)
 
 
 def initial_memo(run: dict[str, Any]) -> dict[str, Any]:

@@ -231,16 +231,39 @@ def signal_cmd(
     execute(lambda: ops.send_signal(url, run_id, name, data, by))
 
 
+Request = Annotated[
+    str | None,
+    typer.Option(
+        "--request",
+        help="The approval request to answer (`perdure runs show` names it); by default "
+        "the one pending, shown before it is answered.",
+        show_default=False,
+    ),
+]
+
+
 @app.command("approve")
-def approve_cmd(run_id: RunId, url: Url = None, by: By = None, message: Message = None) -> None:
-    """Approve what the run waits for (the 'approval' signal)."""
-    execute(lambda: ops.decide(url, run_id, True, by, message))
+def approve_cmd(
+    run_id: RunId,
+    url: Url = None,
+    by: By = None,
+    message: Message = None,
+    request: Request = None,
+) -> None:
+    """Approve the run's pending approval request (a wait for 'approval')."""
+    execute(lambda: ops.decide(url, run_id, True, by, message, request))
 
 
 @app.command("reject")
-def reject_cmd(run_id: RunId, url: Url = None, by: By = None, message: Message = None) -> None:
-    """Reject what the run waits for (the 'approval' signal)."""
-    execute(lambda: ops.decide(url, run_id, False, by, message))
+def reject_cmd(
+    run_id: RunId,
+    url: Url = None,
+    by: By = None,
+    message: Message = None,
+    request: Request = None,
+) -> None:
+    """Reject the run's pending approval request (a wait for 'approval')."""
+    execute(lambda: ops.decide(url, run_id, False, by, message, request))
 
 
 @app.command("resume")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from perdure.api import APPROVAL
 from perdure.backend import Backend, ReconcileOutcome
 from perdure.cli.common import UsageProblem, connected, default_user, out, parse_json
 from perdure.cli.render import run_summary
+from perdure.errors import ApprovalNotPendingError
 from perdure.records import RunInfo, RunStatus
+from perdure.semantics.approvals import channel
 
 
 def _say(text: str) -> None:
@@ -31,7 +32,9 @@ def _next(info: RunInfo) -> str:
 async def _signal(backend: Backend, run_id: str, name: str, payload: Any, by: str | None) -> str:
     await backend.signal(run_id, name, payload, by=by)
     info = await backend.get_run(run_id)
-    if info.status is RunStatus.SUSPENDED and info.waiting_for == name:
+    if info.status is RunStatus.SUSPENDED and (
+        info.waiting_for == name or (info.waiting_for is None and info.wake_at is not None)
+    ):
         return (
             "it resumes when its process or a `perdure worker` importing its workflow picks it up"
         )
@@ -49,14 +52,29 @@ async def send_signal(
 
 
 async def decide(
-    url: str | None, run_id: str, approved: bool, by: str | None, message: str | None
+    url: str | None,
+    run_id: str,
+    approved: bool,
+    by: str | None,
+    message: str | None,
+    request: str | None = None,
 ) -> None:
+    """Answer approval request ``request`` of the run, by default the one pending (read
+    and shown first; the answer names it, so it never lands on a later request)."""
     by = by or default_user()
     payload = {"approved": approved, "message": message}
     async with connected(url) as backend:
-        hint = await _signal(backend, run_id, APPROVAL, payload, by)
+        if request is None:
+            info = await backend.get_run(run_id)
+            if info.request_id is None:
+                raise ApprovalNotPendingError(
+                    run_id, None, f"the run is {info.status.value}: {_next(info)}"
+                )
+            request = info.request_id
+            _say(f"run {run_id} {run_summary(info, info.attention)}")
+        hint = await _signal(backend, run_id, channel(request), payload, by)
     verb = "approved" if approved else "rejected"
-    _say(f"{verb} run {run_id}" + (f" as {by}" if by else "") + f"; {hint}")
+    _say(f"{verb} request {request} of run {run_id}" + (f" as {by}" if by else "") + f"; {hint}")
 
 
 async def resume(url: str | None, run_id: str) -> None:

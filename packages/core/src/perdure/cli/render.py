@@ -16,7 +16,7 @@ from perdure.summary import Summary
 
 #: Keys of a ``suspended`` event's data the engine always writes; any other key is a
 #: detail of what is pending (an adapter's tool approval: tool, arguments, requested_at).
-_SUSPEND_KEYS = frozenset({"waiting_for", "wake_at", "deadline"})
+_SUSPEND_KEYS = frozenset({"waiting_for", "wake_at", "deadline", "request_id"})
 
 STATUS_STYLE: dict[RunStatus, str] = {
     RunStatus.PENDING: "cyan",
@@ -129,6 +129,8 @@ def run_summary(
     if status is RunStatus.SUSPENDED:
         if info.waiting_for is not None:
             text = f"waits for {info.waiting_for}"
+            if info.request_id is not None:
+                text += f" request {info.request_id}"
             if pending:
                 text += f" ({detail_text(pending)})"
             if info.wake_at is not None and info.wake_at <= now:
@@ -254,6 +256,8 @@ def run_fields(info: RunInfo, pending: Mapping[str, Any] | None = None) -> Table
         row("owner", f"{info.owner} (lease until {fmt_time(info.lease_until)})")
     if info.waiting_for is not None:
         row("waiting for", info.waiting_for)
+    if info.request_id is not None:
+        row("request", f"{info.request_id} (perdure approve/reject --request {info.request_id})")
     if pending:
         for key, value in pending.items():
             row(f"  {key}", detail_text({key: value}, 200).partition("=")[2])
@@ -305,6 +309,8 @@ def event_summary(ev: Event) -> tuple[str, str, str]:
                 f"{ev.name} = {short(data.get('payload'))}, "
                 f"sent by {data.get('sent_by') or '?'} at {fmt_time(data.get('sent_at'))}"
             )
+            if data.get("request_id") is not None:
+                summary += f" for request {data['request_id']}"
             if isinstance(data.get("waited"), int | float):
                 summary += f" (waited {span(data['waited'])})"
     elif kind is EventKind.TIMER_STARTED:
@@ -314,6 +320,8 @@ def event_summary(ev: Event) -> tuple[str, str, str]:
     elif kind is EventKind.SUSPENDED:
         if data.get("waiting_for") is not None:
             summary = f"waits for {data['waiting_for']}"
+            if data.get("request_id") is not None:
+                summary += f" request {data['request_id']}"
             if data.get("deadline") is not None:
                 summary += f" until {fmt_time(data['deadline'])}"
         else:

@@ -56,7 +56,7 @@ the DBOS and Temporal backends schedule runs with their substrate's own machiner
 
 from __future__ import annotations
 
-from perdure.semantics import events, guards, observe
+from perdure.semantics import approvals, events, guards, observe
 from perdure.semantics.attention import Attention
 from perdure.semantics.context import (
     Cancelled,
@@ -78,6 +78,7 @@ __all__ = [
     "Interrupt",
     "Journal",
     "ReplayEnd",
+    "approvals",
     "drive",
     "events",
     "guards",

@@ -25,6 +25,7 @@ from perdure.errors import (
 )
 from perdure.positions import KEYED_PREFIX, Compensation, Positions
 from perdure.records import Event, EventKind, NewEvent, RunStatus, SignalRecord
+from perdure.semantics import approvals
 from perdure.semantics import events as ev
 from perdure.semantics.attention import unknown_outcome
 from perdure.semantics.history import History, position_of
@@ -267,7 +268,9 @@ class DriveContext:
         detail: dict[str, Any] | None = None,
         attention: dict[str, Any] | None = None,
     ) -> Interrupt:
-        events = [*self._pending, *(extra or []), ev.suspended(key, waiting_for, wake_at, detail)]
+        # History names the wait's signal; the run's record holds an approval's channel.
+        named = approvals.APPROVAL if approvals.request_of(waiting_for) else waiting_for
+        events = [*self._pending, *(extra or []), ev.suspended(key, named, wake_at, detail)]
         self._pending.clear()
         return Interrupt(
             RunUpdate(
@@ -413,12 +416,17 @@ class DriveContext:
                 ),
             )
         self._check_cancel()
-        sig = await self._next_signal(name)
+        # An approval wait listens on its own request's channel only: no signal sent
+        # before it began, or for another request, can answer it (``approvals``).
+        request = approvals.request_id(self.run_id, key) if name == approvals.APPROVAL else None
+        awaited = name if request is None else approvals.channel(request)
+        sig = await self._next_signal(awaited)
         first = self._history.first_suspension.get(key)
         if sig is not None:
             waited = sig.sent_at - first.at if first is not None else 0.0
             await self.write(
-                ev.signal_received(key, name, sig, waited), consume_signal=sig.signal_id
+                ev.signal_received(key, name, sig, waited, request_id=request),
+                consume_signal=sig.signal_id,
             )
             return from_jsonable(sig.payload, f"run {self.run_id!r} signal {key!r}")
         deadline: float | None = None
@@ -431,12 +439,11 @@ class DriveContext:
                 await self.write(ev.signal_timed_out(key, name, timeout))
                 raise SignalTimeoutError(name, timeout)
         shown = to_jsonable(details, f"details of wait {key!r}") if details else None
+        detail: dict[str, Any] = {"deadline": deadline, "details": shown}
+        if request is not None:
+            detail["request_id"] = request
         raise self.suspend(
-            key,
-            waiting_for=name,
-            wake_at=deadline,
-            detail={"deadline": deadline, "details": shown},
-            attention=shown,
+            key, waiting_for=awaited, wake_at=deadline, detail=detail, attention=shown
         )
 
     async def sleep(self, seconds: float) -> None:

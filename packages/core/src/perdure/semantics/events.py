@@ -14,10 +14,13 @@ attempt_failed      step        ``{"attempt", "error", "retry_in"}``
 step_completed      step        ``{"result", "attempt", "kind", "duration"}``
 step_failed         step        ``{"attempts", "error", "kind"}``
 signal_received     signal      ``{"payload", "sent_by", "sent_at", "signal_id",
-                                "waited"}`` or ``{"timed_out": True, "timeout"}``
+                                "waited"[, "request_id"]}`` or ``{"timed_out": True,
+                                "timeout"}``; ``request_id`` for an approval
+                                (``perdure.semantics.approvals``)
 timer_started       sleep       ``{"seconds", "wake_at"}``
 marker              patch       the marker's name in ``name``; no data
-suspended           wait        ``{"waiting_for", "wake_at", ...detail}``
+suspended           wait        ``{"waiting_for", "wake_at", ...detail}``; an approval
+                                wait's detail holds ``request_id``
 needs_attention     step|None   the attention record (``perdure.semantics.attention``)
 reconciled          step|None   ``{"outcome", "by", "message"[, "result"|"error"]}``;
                                 ``{"outcome": "resume"}`` for ``resume``
@@ -144,19 +147,19 @@ def step_failed(key: str, name: str, kind: str, attempts: int, error: dict[str, 
 # -- waits -----------------------------------------------------------------------------------
 
 
-def signal_received(key: str, name: str, signal: SignalRecord, waited: float) -> NewEvent:
-    return NewEvent(
-        EventKind.SIGNAL_RECEIVED,
-        key,
-        name,
-        {
-            "payload": signal.payload,
-            "sent_by": signal.sent_by,
-            "sent_at": signal.sent_at,
-            "signal_id": signal.signal_id,
-            "waited": round(waited, 6),
-        },
-    )
+def signal_received(
+    key: str, name: str, signal: SignalRecord, waited: float, *, request_id: str | None = None
+) -> NewEvent:
+    data: dict[str, Any] = {
+        "payload": signal.payload,
+        "sent_by": signal.sent_by,
+        "sent_at": signal.sent_at,
+        "signal_id": signal.signal_id,
+        "waited": round(waited, 6),
+    }
+    if request_id is not None:
+        data["request_id"] = request_id
+    return NewEvent(EventKind.SIGNAL_RECEIVED, key, name, data)
 
 
 def signal_timed_out(key: str, name: str, timeout: float) -> NewEvent:

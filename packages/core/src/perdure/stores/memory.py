@@ -9,7 +9,7 @@ from typing import Any
 
 from perdure.errors import LeaseLostError, RunNotFoundError
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus, SignalRecord
-from perdure.semantics import guards
+from perdure.semantics import approvals, guards
 from perdure.store import CLAIMABLE, Lease, NewRun, RunUpdate, Store
 
 
@@ -55,7 +55,7 @@ class MemoryStore(Store):
 
         now = time.time()
         if new.run_id in self._runs:
-            return copy.copy(self._runs[new.run_id]), None
+            return approvals.present(copy.copy(self._runs[new.run_id])), None
         info = RunInfo(
             run_id=new.run_id,
             workflow=new.workflow,
@@ -76,7 +76,7 @@ class MemoryStore(Store):
         return copy.copy(info), Lease(new.run_id, owner, 1, 1)
 
     async def get_run(self, run_id: str) -> RunInfo:
-        return copy.copy(self._run(run_id))
+        return approvals.present(copy.copy(self._run(run_id)))
 
     async def list_runs(
         self,
@@ -87,7 +87,7 @@ class MemoryStore(Store):
         limit: int = 100,
     ) -> list[RunInfo]:
         runs = [
-            copy.copy(r)
+            approvals.present(copy.copy(r))
             for r in self._runs.values()
             if (statuses is None or r.status in statuses)
             and (updated_before is None or r.updated_at < updated_before)
@@ -212,10 +212,18 @@ class MemoryStore(Store):
         self, run_id: str, name: str, payload: Any, sent_by: str | None, *, now: float
     ) -> SignalRecord:
         run = self._run(run_id)
-        guards.check_can_signal(run_id, run.status)
+        answer = approvals.is_approval(name)
+        if answer:
+            name = approvals.answer_channel(run_id, run.status, run.waiting_for, name)
+        else:
+            guards.check_can_signal(run_id, run.status)
         rec = SignalRecord(next(self._ids), run_id, name, copy.deepcopy(payload), sent_by, now)
         self._signals.append((rec, False))
-        if run.status is RunStatus.SUSPENDED and run.waiting_for == name:
+        if answer:
+            run.waiting_for = None  # answered: a second answer finds nothing pending
+            run.attention = None
+            run.wake_at = now
+        elif run.status is RunStatus.SUSPENDED and run.waiting_for == name:
             run.wake_at = now
         return rec
 
@@ -232,7 +240,7 @@ class MemoryStore(Store):
         if run.status in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION):
             run.status = RunStatus.SUSPENDED
             run.wake_at = now
-        return copy.copy(run)
+        return approvals.present(copy.copy(run))
 
     async def admin_append(
         self,
@@ -252,7 +260,7 @@ class MemoryStore(Store):
         run.attention = None
         run.wake_at = now
         run.updated_at = now
-        return copy.copy(run)
+        return approvals.present(copy.copy(run))
 
     async def delete_finished(self, run_ids: Sequence[str]) -> list[str]:
         gone = [r for r in run_ids if r in self._runs and self._runs[r].status.terminal]

@@ -24,6 +24,7 @@ from typing import Any
 
 from perdure.errors import CorruptHistoryError, SerializationError
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus, SignalRecord
+from perdure.semantics import approvals
 from perdure.serialization import dumps, loads
 from perdure.store import CLAIMABLE
 
@@ -225,7 +226,7 @@ def decode_run(row: Sequence[Any]) -> RunInfo:
     """A ``RunInfo`` from a row selected as ``run_columns``; ``CorruptHistoryError``
     naming the run and column for a value that is not what the schema holds."""
     run_id = str(row[0])
-    return RunInfo(
+    info = RunInfo(
         run_id=run_id,
         workflow=_text(row[1], run_id, "workflow"),
         status=status_of(row[2], run_id),
@@ -245,6 +246,7 @@ def decode_run(row: Sequence[Any]) -> RunInfo:
         created_at=_number(row[16], run_id, "created_at", float),
         updated_at=_number(row[17], run_id, "updated_at", float),
     )
+    return approvals.present(info)
 
 
 def listed_run(row: Sequence[Any]) -> RunInfo:

@@ -31,7 +31,7 @@ from perdure.errors import (
     SubstrateError,
 )
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus, SignalRecord
-from perdure.semantics import guards
+from perdure.semantics import approvals, guards
 from perdure.store import Lease, NewRun, RunUpdate, Store
 from perdure.stores.faults import postgres_error
 from perdure.stores.migrations import (
@@ -167,6 +167,8 @@ _TEMPLATES: dict[str, str] = {
     "insert_signal": """INSERT INTO {s}signals (run_id, name, payload, sent_by, sent_at)
         VALUES (%(run_id)s, %(name)s, %(payload)s, %(sent_by)s, %(now)s) RETURNING id""",
     "wake": "UPDATE {s}runs SET wake_at = %(now)s WHERE run_id = %(run_id)s",
+    "answer": """UPDATE {s}runs SET wake_at = %(now)s, waiting_for = NULL, attention = NULL
+        WHERE run_id = %(run_id)s""",
     "next_signal": f"""SELECT {SIGNAL_COLUMNS} FROM {{s}}signals
         WHERE run_id = %(run_id)s AND name = %(name)s AND NOT consumed ORDER BY id LIMIT 1""",
     "cancel": f"""UPDATE {{s}}runs SET cancel_requested = true,
@@ -609,9 +611,16 @@ class PostgresStore(Store):
             if not rows:
                 raise RunNotFoundError(run_id)
             status = status_of(rows[0][0], run_id)
-            guards.check_can_signal(run_id, status)
+            answer = approvals.is_approval(name)
+            if answer:
+                # Checked and answered under the row lock: a second answer sees it answered.
+                name = params["name"] = approvals.answer_channel(run_id, status, rows[0][1], name)
+            else:
+                guards.check_can_signal(run_id, status)
             signal_id = (await self._all(conn, "insert_signal", params))[0][0]
-            if status is RunStatus.SUSPENDED and rows[0][1] == name:
+            if answer:
+                await conn.execute(self._q["answer"], params)
+            elif status is RunStatus.SUSPENDED and rows[0][1] == name:
                 await conn.execute(self._q["wake"], params)
         return decode_signal((signal_id, run_id, name, params["payload"], sent_by, now))
 

@@ -24,7 +24,7 @@ from perdure.errors import (
     RunNotFoundError,
 )
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus, SignalRecord
-from perdure.semantics import guards
+from perdure.semantics import approvals, guards
 from perdure.serialization import dumps
 from perdure.store import Lease, NewRun, RunUpdate, Store
 from perdure.stores.faults import sqlite_error
@@ -478,13 +478,24 @@ class SqliteStore(Store):
             if row is None:
                 raise RunNotFoundError(run_id)
             status = status_of(row[0], run_id)
-            guards.check_can_signal(run_id, status)
+            answer = approvals.is_approval(name)
+            if answer:
+                # Checked and answered inside this write: a second answer sees it answered.
+                name = approvals.answer_channel(run_id, status, row[1], name)
+            else:
+                guards.check_can_signal(run_id, status)
             signal_id = db.execute(
                 "INSERT INTO signals (run_id, name, payload, sent_by, sent_at, consumed) "
                 "VALUES (?, ?, ?, ?, ?, 0) RETURNING id",
                 (run_id, name, payload_text, sent_by, now),
             ).fetchall()[0][0]
-            if status is RunStatus.SUSPENDED and row[1] == name:
+            if answer:
+                db.execute(
+                    "UPDATE runs SET wake_at = ?, waiting_for = NULL, attention = NULL "
+                    "WHERE run_id = ?",
+                    (now, run_id),
+                )
+            elif status is RunStatus.SUSPENDED and row[1] == name:
                 db.execute("UPDATE runs SET wake_at = ? WHERE run_id = ?", (now, run_id))
         return decode_signal((signal_id, run_id, name, payload_text, sent_by, now))
 

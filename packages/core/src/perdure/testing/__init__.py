@@ -22,6 +22,7 @@ __all__ = [
     "Receiver",
     "completed_steps",
     "post",
+    "wait_for_request",
     "wait_for_status",
     "wait_for_step",
 ]
@@ -65,5 +66,26 @@ async def wait_for_status(
             raise TimeoutError(
                 f"run {run_id!r} is {state}, not {'/'.join(s.value for s in statuses)}, "
                 f"after {timeout}s"
+            )
+        await asyncio.sleep(0.02)
+
+
+async def wait_for_request(
+    backend: Backend, run_id: str, *, after: str | None = None, timeout: float = 60.0
+) -> str:
+    """Poll until the run waits on an approval request (other than ``after``, the one
+    just answered); return its id (``RunInfo.request_id``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            info: RunInfo | None = await backend.get_run(run_id)
+        except LookupError:
+            info = None
+        if info is not None and info.request_id is not None and info.request_id != after:
+            return info.request_id
+        if time.monotonic() > deadline:
+            shown = "absent" if info is None else f"{info.status.value} ({info.request_id})"
+            raise TimeoutError(
+                f"run {run_id!r} is {shown}: no new approval request after {timeout}s"
             )
         await asyncio.sleep(0.02)
