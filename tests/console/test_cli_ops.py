@@ -15,7 +15,7 @@ from console_support import one_embedded_store
 from console_workflows import refund
 from typer.testing import CliRunner
 
-from perdure import url_options
+from perdure import retention, url_options
 from perdure.backend import Backend
 from perdure.cli.app import app
 from perdure.errors import RetentionError, RunNotFoundError
@@ -206,3 +206,17 @@ def test_retention_is_taken_off_the_url_the_substrate_sees() -> None:
     with pytest.raises(RetentionError) as bad:
         url_options.retention("postgresql://u:hunter2@h/db?retention=-1d")
     assert "hunter2" not in str(bad.value)
+
+
+def test_retention_from_pyproject_after_the_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PERDURE_RETENTION", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert retention.configured("sqlite:///x.db") is None
+    (tmp_path / "pyproject.toml").write_text('[tool.perdure]\nretention = "2d"\n')
+    assert retention.configured("sqlite:///x.db") == 2 * 86400
+    assert retention.configured("sqlite:///x.db?retention=1h") == 3600  # the URL wins
+    (tmp_path / "pyproject.toml").write_text("[tool.perdure]\nretention = true\n")
+    with pytest.raises(RetentionError, match=r"\[tool.perdure\] retention .*True is not"):
+        retention.configured("sqlite:///x.db")

@@ -52,8 +52,8 @@ class ConfigurationError(PerdureError):
 
 
 class RetentionError(ConfigurationError):
-    """A retention setting (``retention=`` in a backend URL) is not a duration; the
-    message names the setting, the value and the (masked) URL."""
+    """A retention setting (``retention=`` in a backend URL, ``[tool.perdure]
+    retention``) is not a duration; the message names the setting, the value and where."""
 
 
 class BackendUnavailableError(PerdureError):

@@ -33,8 +33,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from perdure import url_options
 from perdure.backend import Backend
-from perdure.errors import ConfigurationError
+from perdure.config import setting
+from perdure.durations import parse_duration
+from perdure.errors import ConfigurationError, RetentionError
 from perdure.records import Event, RunInfo, RunStatus
 
 FINISHED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
@@ -52,6 +55,24 @@ class PruneReport:
     deleted: int
     exported: int
     export_dir: Path | None
+
+
+def configured(url: str) -> float | None:
+    """How long finished runs are kept when no ``--retention`` says: ``retention=`` in
+    the backend URL, else ``retention`` in ``[tool.perdure]`` (``"30d"``), else forever
+    (None). A value that is not a duration is a ``RetentionError`` naming where it is."""
+    from_url = url_options.retention(url)
+    if from_url is not None:
+        return from_url
+    raw = setting("retention", "PERDURE_RETENTION")
+    if raw is None:
+        return None
+    try:
+        if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+            raise ValueError(f'{raw!r} is not a duration; use e.g. "30d"')
+        return parse_duration(str(raw))
+    except ValueError as exc:
+        raise RetentionError(f"[tool.perdure] retention (or $PERDURE_RETENTION): {exc}") from None
 
 
 def export_lines(info: RunInfo, events: Sequence[Event]) -> list[str]:

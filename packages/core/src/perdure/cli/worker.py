@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.logging import RichHandler
 from rich.markup import escape
 
-from perdure import metrics, retention, url_options
+from perdure import metrics, retention
 from perdure.backend import Backend
 from perdure.cli.common import UsageProblem, err, load_backend, mask_url, parse_duration
 from perdure.config import resolve_url
@@ -153,10 +153,10 @@ def prepare(modules: Sequence[str]) -> None:
 
 def retention_of(url: str | None, option: str | None) -> float | None:
     """How long finished runs are kept: ``--retention`` (or ``$PERDURE_RETENTION``), else
-    ``retention=`` in the backend URL, else forever (None)."""
+    ``retention=`` in the backend URL, else ``[tool.perdure] retention``, else forever."""
     if option:
         return parse_duration("--retention", option)
-    return url_options.retention(resolve_url(url))
+    return retention.configured(resolve_url(url))
 
 
 async def serve(
