@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +19,9 @@ from typer.testing import CliRunner
 from perdure import retention, url_options
 from perdure.backend import Backend
 from perdure.cli.app import app
+from perdure.engine.backend import EmbeddedBackend
 from perdure.errors import RetentionError, RunNotFoundError
-from perdure.records import RunStatus
+from perdure.records import RunInfo, RunStatus
 from perdure.registry import open_backend
 from perdure.retention import export_name
 from perdure.testing.processes import Processes
@@ -220,3 +222,31 @@ def test_retention_from_pyproject_after_the_url(
     (tmp_path / "pyproject.toml").write_text("[tool.perdure]\nretention = true\n")
     with pytest.raises(RetentionError, match=r"\[tool.perdure\] retention .*True is not"):
         retention.configured("sqlite:///x.db")
+
+
+@one_embedded_store
+async def test_a_backend_that_cannot_delete_runs_loses_no_adapter_state(
+    embedded_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Undeletable(EmbeddedBackend):
+        delete_finished = Backend.delete_finished
+
+    purged: list[Sequence[RunInfo]] = []
+
+    async def spy(backend: Backend, runs: Sequence[RunInfo]) -> None:
+        purged.append(runs)
+
+    monkeypatch.setattr(retention, "_purges", lambda: [spy])
+    opened = open_backend(embedded_url)
+    assert isinstance(opened, EmbeddedBackend)
+    backend = Undeletable(opened.store)
+    await backend.open()
+    try:
+        finished, _ = await finished_and_waiting(backend)
+        with pytest.raises(NotImplementedError, match="cannot delete runs yet"):
+            await retention.prune(backend, older_than=0)
+        assert purged == []
+        for run_id in finished:
+            assert (await backend.get_run(run_id)).status.terminal
+    finally:
+        await backend.close()

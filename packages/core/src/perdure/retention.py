@@ -145,6 +145,9 @@ async def prune(
     runs = await backend.list_runs(statuses=statuses, older_than=older_than, limit=MAX_RUNS)
     if dry_run or not runs:
         return PruneReport(len(runs), 0, 0, export_dir)
+    if type(backend).delete_finished is Backend.delete_finished:
+        # Before any purge: adapter state must not go while its runs stay.
+        await backend.delete_finished([])  # raises the backend's "cannot delete runs yet"
     if export_dir is not None:
         try:
             await asyncio.to_thread(export_dir.mkdir, parents=True, exist_ok=True)
