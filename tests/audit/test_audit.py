@@ -4,6 +4,7 @@ JSON, declarations from ``[tool.perdure.tools]``, and the ``--strict`` exit code
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +150,35 @@ def test_an_object_that_is_no_agent_is_a_configuration_error() -> None:
 
 def test_a_missing_attribute_is_a_usage_error() -> None:
     assert audit("perdure_openai_agents.demo_agent:nope").exit_code == 2
+
+
+def test_a_declaration_that_names_no_tool_is_reported(tmp_path: Path) -> None:
+    declare(tmp_path, lookup_order="read-only", lookup_ordr="read-only")
+    result = audit("perdure_openai_agents.demo_agent", "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["unmatched_declarations"] == ["lookup_ordr"]
+    table = audit("perdure_openai_agents.demo_agent")
+    assert "declares what no audited tool is called: lookup_ordr" in table.stdout
+
+
+def test_mcp_servers_in_pyproject_are_listed_live(tmp_path: Path) -> None:
+    server = json.dumps([sys.executable, str(HERE / "audit_mcp_server.py")])
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.perdure.mcp]\n"
+        f"files = {server}\n"
+        'gone = "http://127.0.0.1:1/mcp"\n'
+        "[tool.perdure.tools]\n"
+        '"mcp:files.touch" = "effect"\n'
+    )
+    found = entries()  # no module: the configured servers alone
+    read = found["mcp server files", "files.read_file"]
+    assert (read["policy"], read["declared_by"]) == ("step", "MCP readOnlyHint")
+    delete = found["mcp server files", "files.delete_file"]
+    assert delete["policy"] == "undeclared"
+    assert "does not annotate it read-only" in delete["finding"]
+    touch = found["mcp server files", "files.touch"]
+    assert (touch["policy"], touch["declared_by"]) == ("effect", "[tool.perdure.tools]")
+    gone = found["mcp server gone", "gone"]
+    assert gone["policy"] == "undeclared"
+    assert "could not list its tools" in gone["finding"]
+    assert audit("--strict").exit_code == 5

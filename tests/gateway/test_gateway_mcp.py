@@ -4,6 +4,9 @@ subprocesses; tool calls are counted at the receiver the upstream's tools post t
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +48,7 @@ def _start(processes: Processes, upstream: str) -> tuple[Any, str]:
 
 
 async def test_the_mcp_proxy_sends_a_side_effecting_call_once_per_key(
-    receiver: Receiver, processes: Processes
+    receiver: Receiver, processes: Processes, tmp_path: Path
 ) -> None:
     upstream = first_line(processes.spawn(str(UPSTREAM)), "mcp upstream on ")
     upstream_url = upstream.split(" on ", 1)[1].strip()
@@ -88,6 +91,27 @@ async def test_the_mcp_proxy_sends_a_side_effecting_call_once_per_key(
             await client.call_tool("send_mail", {"to": "eve"}, meta=key)
         assert refused.value.data["error"] == "idempotency_key_reused"
         assert receiver.requests["mcp_mail"] == 2
+
+    # `perdure audit`, listing the proxy live, says which tools it deduplicates.
+    (tmp_path / "pyproject.toml").write_text(f'[tool.perdure.mcp]\nmail = "{url}"\n')
+    listed = subprocess.run(
+        [sys.executable, "-m", "perdure", "audit", "--format", "json"],
+        cwd=tmp_path,
+        env=processes.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    policies = {
+        e["name"]: (e["policy"], e["declared_by"]) for e in json.loads(listed.stdout)["entries"]
+    }
+    assert policies == {
+        "mail.send_mail": ("effect-idempotent", "perdure gateway mcp:mail"),
+        "mail.archive": ("effect-idempotent", "perdure gateway mcp:mail"),
+        "mail.lookup": ("step", "MCP readOnlyHint"),
+    }
 
     # A proxy killed mid-call: after a restart the outcome is reported unknown, not re-sent.
     hold = receiver.hold("mcp_mail", "after")

@@ -234,6 +234,8 @@ class Audit:
     _seen: set[int] = field(default_factory=lambda: set())
     _keep: list[Any] = field(default_factory=lambda: [])
     _used: set[str] = field(default_factory=lambda: set())
+    #: Declaration keys that name an entry, whether or not it needed the declaration.
+    _matched: set[str] = field(default_factory=lambda: set())
 
     def visit(self, obj: Any) -> bool:
         """Report ``obj`` if an inspector knows it (each object once); True if one did."""
@@ -251,10 +253,11 @@ class Audit:
         """Record ``entry``; an undeclared one takes its ``[tool.perdure.tools]`` policy."""
         key = entry.key or entry.name
         entry = replace(entry, key=key)
+        names = [f"{entry.owner}.{entry.name}", key]
+        if key.startswith("mcp:") and "." in key:
+            names.append(key.partition(".")[0])  # the whole server declared
+        self._matched.update(n for n in names if n in self.declarations)
         if entry.policy in ("undeclared", "delegates"):
-            names = [f"{entry.owner}.{entry.name}", key]
-            if key.startswith("mcp:") and "." in key:
-                names.append(key.partition(".")[0])  # the whole server declared
             for name in names:
                 policy = self.declarations.get(name)
                 if policy is not None:
@@ -266,6 +269,11 @@ class Audit:
     def declared_under(self, prefix: str) -> list[tuple[str, Policy]]:
         """``[tool.perdure.tools]`` keys starting with ``prefix`` (e.g. ``mcp:fs.``)."""
         return [(k, v) for k, v in self.declarations.items() if k.startswith(prefix)]
+
+    def unmatched(self) -> list[str]:
+        """``[tool.perdure.tools]`` keys that name no tool, node or server audited: a
+        typo, or a tool that was renamed or removed (its new name is then undeclared)."""
+        return [k for k in self.declarations if k not in self._matched]
 
     def gating(self) -> list[Entry]:
         """Entries ``--strict`` fails on: undeclared ones."""

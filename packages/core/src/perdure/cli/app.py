@@ -381,12 +381,12 @@ def replay_cmd(
 @app.command("audit")
 def audit_cmd(
     targets: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
             help="MODULE or MODULE:ATTR (dotted names or .py paths) defining the agents or graphs.",
             show_default=False,
         ),
-    ],
+    ] = None,
     fmt: Annotated[
         audit_mod.Format,
         typer.Option("--format", help="A table for people, JSON for CI."),
@@ -396,8 +396,9 @@ def audit_cmd(
     ] = False,
 ) -> None:
     """List every tool, node and MCP server the agents and graphs can run, with its
-    perdure policy (\\[tool.perdure.tools] in pyproject.toml declares tools you do not own)."""
-    guard(lambda: audit_mod.run_audit(targets, fmt, strict))
+    perdure policy (\\[tool.perdure.tools] in pyproject.toml declares tools you do not own;
+    the MCP servers \\[tool.perdure.mcp] names are connected and their tools listed live)."""
+    guard(lambda: audit_mod.run_audit(targets or [], fmt, strict))
 
 
 @app.command("console")

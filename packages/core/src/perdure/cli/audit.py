@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import json
 import sys
 from collections.abc import Sequence
@@ -13,7 +15,8 @@ from typing import Any
 from rich.table import Table
 
 from perdure.audit import Audit, Entry, audit_objects, load_declarations
-from perdure.cli.common import EXIT_INVALID_STATE, UsageProblem, out
+from perdure.audit_mcp import add_live, list_servers, load_mcp_servers
+from perdure.cli.common import EXIT_CONFIG, EXIT_INVALID_STATE, CliError, UsageProblem, out
 from perdure.cli.worker import import_targets
 
 
@@ -58,9 +61,24 @@ def _resolve(targets: Sequence[str]) -> list[Any]:
 
 
 def run_audit(targets: Sequence[str], fmt: Format, strict: bool) -> int:
+    servers_from, servers = load_mcp_servers(Path.cwd())
+    if not targets and not servers:
+        raise UsageProblem(
+            "name the MODULE[:ATTR] defining the agents or graphs, or configure MCP servers "
+            "in [tool.perdure.mcp] of pyproject.toml"
+        )
     objects = _resolve(targets)
     source, declarations = load_declarations(Path.cwd())
     audit = audit_objects(objects, declarations)
+    if servers:
+        if importlib.util.find_spec("mcp") is None:
+            raise CliError(
+                f"[tool.perdure.mcp] in {servers_from}: listing MCP servers needs the mcp "
+                "package: pip install 'perdure[gateway]'",
+                EXIT_CONFIG,
+            )
+        for name, listed in asyncio.run(list_servers(servers)).items():
+            add_live(audit, name, listed)
     if fmt is Format.JSON:
         print(json.dumps(_as_json(audit, targets, source), indent=2))
     else:
@@ -74,6 +92,7 @@ def _as_json(audit: Audit, targets: Sequence[str], source: Path | None) -> dict[
         "declarations": None if source is None else str(source),
         "entries": [e.as_json() for e in audit.entries],
         "undeclared": len(audit.gating()),
+        "unmatched_declarations": audit.unmatched(),
     }
 
 
@@ -109,6 +128,14 @@ def _print_table(audit: Audit, source: Path | None) -> None:
     console.print(
         f"{len(audit.entries)} entries, {len(undeclared)} undeclared{where}", markup=False
     )
+    unmatched = audit.unmatched()
+    if unmatched:
+        console.print(
+            f"[tool.perdure.tools] in {source} declares what no audited tool is called: "
+            + ", ".join(unmatched)
+            + " (a typo, or a tool renamed or removed?)",
+            markup=False,
+        )
     if undeclared:
         console.print(
             "declare them with @perdure.step / @perdure.effect(idempotent_receiver=...), "

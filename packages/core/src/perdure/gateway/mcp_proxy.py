@@ -6,7 +6,8 @@ A call to a side-effecting tool that carries an idempotency key in its request
 is recorded in the ledger first (scope ``mcp:NAME``), the result (or the upstream's
 JSON-RPC error) is stored, and a retry gets it back. A tool is side-effecting unless the
 upstream annotates it ``readOnlyHint: true`` or ``read_only`` names it: nothing is guessed
-safe. Read-only tools and calls without a key pass through. When the proxy itself
+safe; the proxy lists those with ``_meta["io.perdure/gateway"]``, which ``perdure
+audit`` reads. Read-only tools and calls without a key pass through. When the proxy itself
 answers (unknown outcome, key reused, ...), it is a JSON-RPC error whose ``data`` is the
 same typed body the HTTP gateway sends (``{"error": "outcome_unknown", ...}``).
 """
@@ -26,6 +27,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 
+from perdure.audit_mcp import GATEWAY_META
 from perdure.errors import PerdureError
 from perdure.gateway.ledger import Ledger, open_ledger
 from perdure.gateway.once import GatewayRefusal, Once
@@ -96,7 +98,14 @@ def create_mcp_app(settings: McpSettings, ledger: Ledger | None = None) -> Starl
         state = ctx.lifespan_context
         result = await state.client.list_tools(cursor=None if params is None else params.cursor)
         _remember(state, result)
-        return result
+        # Say which tools this proxy deduplicates, so `perdure audit` can tell.
+        tools = [
+            t
+            if state.listed[t.name] or t.name in state.read_only
+            else t.model_copy(update={"meta": {**(t.meta or {}), GATEWAY_META: scope}})
+            for t in result.tools
+        ]
+        return result.model_copy(update={"tools": tools})
 
     async def call_tool(
         ctx: ServerRequestContext[_State], params: types.CallToolRequestParams
