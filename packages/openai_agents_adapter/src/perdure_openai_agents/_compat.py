@@ -61,18 +61,63 @@ def validate_run_arguments(
     hooks: Any,
     session: Any,
     *,
+    input: Any,
     conversation_id: str | None,
     previous_response_id: str | None,
     auto_previous_response_id: bool,
 ) -> None:
     """The SDK's own checks of ``run``/``run_streamed`` arguments, made before a durable
-    run is created (``run_streamed`` raises them at the call, as the SDK's does)."""
-    from agents.run_internal.agent_runner_helpers import validate_session_conversation_settings
+    run is created (``run_streamed`` raises them at the call, as the SDK's does). A
+    resumed ``RunState`` brings its own conversation settings, as in the SDK (which
+    applies them to the state the same way when the run starts)."""
+    from agents.run_internal.agent_runner_helpers import (
+        apply_resumed_conversation_settings,
+        validate_session_conversation_settings,
+    )
     from agents.run_internal.turn_preparation import validate_run_hooks
+    from agents.run_state import RunState
 
     validate_run_hooks(hooks)
+    if isinstance(input, RunState):
+        conversation_id, previous_response_id, auto_previous_response_id = (
+            apply_resumed_conversation_settings(
+                run_state=input,  # pyright: ignore[reportUnknownArgumentType]
+                conversation_id=conversation_id,
+                previous_response_id=previous_response_id,
+                auto_previous_response_id=auto_previous_response_id,
+            )
+        )
     validate_session_conversation_settings(
         session,
+        conversation_id=conversation_id,
+        previous_response_id=previous_response_id,
+        auto_previous_response_id=auto_previous_response_id,
+    )
+
+
+def validate_streamed_start(
+    agent: Any,
+    input: Any,
+    run_config: RunConfig | None,
+    *,
+    conversation_id: str | None,
+    previous_response_id: str | None,
+    auto_previous_response_id: bool,
+) -> None:
+    """The check ``Runner.run_streamed`` makes at the call (output guardrails cannot be
+    combined with server-managed history); the SDK has it since 0.22, and ``run`` makes
+    it inside the run loop, where a durable run makes it too."""
+    from agents.run_internal import agent_runner_helpers
+
+    check = getattr(
+        agent_runner_helpers, "validate_output_guardrails_with_server_managed_conversation", None
+    )
+    if check is None:
+        return
+    current = getattr(input, "_current_agent", None)
+    check(
+        current if current is not None else agent,
+        run_config if run_config is not None else RunConfig(),
         conversation_id=conversation_id,
         previous_response_id=previous_response_id,
         auto_previous_response_id=auto_previous_response_id,
@@ -109,6 +154,24 @@ def new_streaming_result(cls: type[RunResultStreaming], **fields: Any) -> RunRes
     """A streaming result before its run started, built as ``Runner.run_streamed`` does
     (its output schema field is private)."""
     return cls(_current_agent_output_schema=None, **fields)
+
+
+def resumed_fields(state: Any) -> dict[str, Any]:
+    """What ``Runner.run_streamed`` shows on its result at once when resuming ``state``
+    (before its run loop starts): the state's input, items, responses, turn, guardrail
+    results and persisted-item count (all private fields of ``RunState``)."""
+    original = getattr(state, "_original_input", None)
+    return {
+        "input": original if isinstance(original, str) else list(original or []),
+        "new_items": list(getattr(state, "_session_items", None) or []),
+        "raw_responses": list(getattr(state, "_model_responses", None) or []),
+        "current_turn": getattr(state, "_current_turn", 0) or 0,
+        "input_guardrail_results": list(getattr(state, "_input_guardrail_results", None) or []),
+        "output_guardrail_results": list(getattr(state, "_output_guardrail_results", None) or []),
+        "_current_turn_persisted_item_count": getattr(
+            state, "_current_turn_persisted_item_count", 0
+        ),
+    }
 
 
 def request_id_of(response: Any) -> str | None:

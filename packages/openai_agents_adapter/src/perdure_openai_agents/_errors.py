@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from agents import Agent, GuardrailFunctionOutput, InputGuardrail, OutputGuardrail
 from agents import exceptions as sdk
@@ -37,6 +37,17 @@ _BY_NAME: dict[str, type[sdk.AgentsException]] = {
 }
 
 
+def raise_as_is(exc: BaseException) -> NoReturn:
+    """Raise ``exc`` with the ``__context__`` it had: raised while perdure's own error
+    is being handled, Python would replace it (the SDK's tests, and users' error
+    reports, look at it)."""
+    context, suppress = exc.__context__, exc.__suppress_context__
+    try:
+        raise exc
+    finally:
+        exc.__context__, exc.__suppress_context__ = context, suppress
+
+
 @contextlib.contextmanager
 def raise_step_failure() -> Iterator[None]:
     """Inside: a step whose call raised. Outside: the exception the call raised (live),
@@ -45,7 +56,7 @@ def raise_step_failure() -> Iterator[None]:
         yield
     except StepFailedError as failed:
         if failed.__cause__ is not None:
-            raise failed.__cause__ from None
+            raise_as_is(failed.__cause__)
         cls = _BY_NAME.get(failed.error_type)
         if cls is not None:
             raise cls(failed.error_message) from failed

@@ -44,6 +44,17 @@ WORKFLOW_NAME = "openai_agents.run"
 _END = object()
 
 
+#: The public lists of a streamed result that its run loop extends.
+RESULT_LISTS = (
+    "new_items",
+    "raw_responses",
+    "input_guardrail_results",
+    "output_guardrail_results",
+    "tool_input_guardrail_results",
+    "tool_output_guardrail_results",
+)
+
+
 class StreamSink:
     """Carries a run's stream events from the drive in this process to its consumer,
     with the SDK's streamed result they came from."""
@@ -54,11 +65,24 @@ class StreamSink:
         #: consumer already received: a re-drive in this process does not repeat them.
         self.forwarded: set[int] = set()
         self.inner: RunResultStreaming | None = None
+        #: The caller's streamed result (``DurableRunResultStreaming``), and how many
+        #: items each of its lists held when it was handed to the caller.
+        self.outer: RunResultStreaming | None = None
+        self.shown: dict[str, int] = {}
         #: ``cancel(mode)`` asked for before the SDK's streamed run existed.
         self.cancel_mode: str | None = None
 
-    def attach(self, inner: RunResultStreaming) -> None:
+    def attach(self, inner: RunResultStreaming, *, first: bool) -> None:
         self.inner = inner
+        outer = self.outer
+        if first and outer is not None:
+            # What the caller put in its result's lists before the run began is the
+            # run's to continue from, as with the SDK's own streamed result.
+            for name in RESULT_LISTS:
+                own = list(vars(outer).get(name) or [])  # its own, not the live view
+                added = own[self.shown.get(name, 0) :]
+                if added:
+                    setattr(inner, name, [*added, *getattr(inner, name)])
         if self.cancel_mode is not None:
             inner.cancel(mode=self.cancel_mode)  # type: ignore[arg-type]
 
@@ -96,6 +120,9 @@ class Local:
     rebuilding: bool = False
     result: RunResult | RunResultStreaming | None = None
     error: BaseException | None = None
+    #: The task driving the run in this process, while it does: a caller cancelled
+    #: while waiting for the run cancels it, as cancelling ``Runner.run`` would.
+    task: asyncio.Task[Any] | None = None
 
 
 #: Per run id, in the process that started it.
@@ -167,7 +194,7 @@ async def _segment(
     streamed = Runner.run_streamed(agent, input, **options)
     forward = sink is not None and segment not in sink.forwarded
     if forward and sink is not None:
-        sink.attach(streamed)
+        sink.attach(streamed, first=segment == 0)
     async for event in streamed.stream_events():
         if forward and sink is not None:
             sink.put(event)
@@ -315,6 +342,7 @@ async def _drive(spec: dict[str, Any], run_id: str, local: Local | None) -> dict
     objects = local if local is not None and local.agent is not None else None
     if objects is None:
         objects = await _rebuilt(spec, run_id)
+    objects.task = asyncio.current_task()
     assert objects.agent is not None
     agent = objects.agent
     register_agent_types(agent)
@@ -343,6 +371,11 @@ async def _drive(spec: dict[str, Any], run_id: str, local: Local | None) -> dict
             result = await _segment(
                 agent, state, segment, stream=stream, sink=sink, options=options
             )
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and not task.cancelling():
+            objects.error = exc  # raised by the run's own code (a session, a tool)
+        raise
     except Exception as exc:
         cause = _perdure_cause(exc)
         if cause is not None and cause is not exc:

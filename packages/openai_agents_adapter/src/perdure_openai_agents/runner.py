@@ -35,7 +35,7 @@ from perdure.retry import RetryPolicy
 from perdure.serialization import from_jsonable, to_jsonable
 from perdure.spi import check_replay
 from perdure_openai_agents import _compat, _errors, _sessions
-from perdure_openai_agents._workflow import LOCAL, Local, StreamSink, agent_run
+from perdure_openai_agents._workflow import LOCAL, RESULT_LISTS, Local, StreamSink, agent_run
 
 Approvals = Literal["sdk", "durable"]
 
@@ -132,21 +132,34 @@ class DurableRunHandle:
         history (by replaying it here, nothing executes) when another process drove its
         end. An SDK exception the run ended with is raised as that exception."""
         local = LOCAL.get(self.run_id)
+        # The run's own exception is raised after the handlers, not from inside one:
+        # raised there it would get perdure's error as its ``__context__`` in place of
+        # the context the SDK gave it.
+        own: BaseException | None = None
         try:
             value = await _isolated(self._handle.result(timeout=timeout))
         except (NeedsAttentionError, DeterminismError, TimeoutError):
             raise  # the run may still finish here later: keep what this process holds
+        except asyncio.CancelledError:
+            LOCAL.pop(self.run_id, None)
+            me = asyncio.current_task()
+            own = None if local is None else local.error
+            if not isinstance(own, asyncio.CancelledError) or me is None or me.cancelling():
+                await _stop_driving(local)  # a cancel of the caller: stop the drive too
+                raise
         except RunFailedError as failed:
             LOCAL.pop(self.run_id, None)
-            if local is not None and local.error is not None:
-                raise local.error from None
-            raised = await self._recorded_exception(local)
-            if raised is not None:
-                raise raised from failed
-            raise
+            own = None if local is None else local.error
+            if own is None:
+                raised = await self._recorded_exception(local)
+                if raised is not None:
+                    raise raised from failed
+                raise
         except BaseException:
             LOCAL.pop(self.run_id, None)
             raise
+        if own is not None:
+            _errors.raise_as_is(own)
         LOCAL.pop(self.run_id, None)
         live = None if local is None else local.result
         if live is None and local is not None and local.agent is not None:
@@ -181,6 +194,20 @@ class DurableRunHandle:
         finally:
             LOCAL.pop(self.run_id, None)
         return again.result
+
+
+async def _stop_driving(local: Local | None) -> None:
+    """The caller of a run this process drives was cancelled: cancel the drive, as
+    cancelling ``Runner.run`` cancels its run loop (the SDK's own cancellation handling
+    runs, and what it saves is recorded), and wait for it to settle. The run itself is
+    not cancelled: it stays resumable, like a run whose process stopped, for a worker
+    or ``handle.cancel()``."""
+    task = None if local is None else local.task
+    if task is None or task.done() or task is asyncio.current_task():
+        return
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await asyncio.shield(task)
 
 
 def recorded_result(run_id: str, value: Any) -> RecordedRunResult:
@@ -243,14 +270,14 @@ def _prepare(
 ) -> tuple[dict[str, Any], Local]:
     if not isinstance(starting_agent, Agent):
         raise ConfigurationError(f"DurableRunner needs an Agent, not {type(starting_agent)!r}")
-    if not isinstance(input, RunState):
-        _compat.validate_run_arguments(
-            hooks,
-            session,
-            conversation_id=conversation_id,
-            previous_response_id=previous_response_id,
-            auto_previous_response_id=auto_previous_response_id,
-        )
+    _compat.validate_run_arguments(
+        hooks,
+        session,
+        input=input,
+        conversation_id=conversation_id,
+        previous_response_id=previous_response_id,
+        auto_previous_response_id=auto_previous_response_id,
+    )
     if approvals not in ("sdk", "durable"):
         raise ConfigurationError(f"approvals must be 'sdk' or 'durable', not {approvals!r}")
     spec: dict[str, Any] = {
@@ -351,6 +378,31 @@ class DurableRunResultStreaming(RunResultStreaming):
     _perdure_sink: StreamSink
     _perdure_error: BaseException | None
 
+    def __getattribute__(self, name: str) -> Any:
+        # While the SDK's streamed result of the drive exists, its state is this
+        # result's, live (``is_complete``, ``current_turn``, the lists the run loop
+        # extends), as a caller polling the SDK's own streamed result sees it.
+        if name.startswith("__") or name.startswith("_perdure") or name in _OWN_FIELDS:
+            return object.__getattribute__(self, name)
+        own = object.__getattribute__(self, "__dict__")
+        sink = own.get("_perdure_sink")
+        inner = None if sink is None else sink.inner
+        if inner is not None and name in vars(inner):
+            if name == "is_complete" and own.get("is_complete"):
+                return True
+            return vars(inner)[name]
+        return object.__getattribute__(self, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # ... and what a caller sets on it is set on that result too.
+        object.__setattr__(self, name, value)
+        if name.startswith("_perdure") or name in _OWN_FIELDS:
+            return
+        sink = vars(self).get("_perdure_sink")
+        inner = None if sink is None else sink.inner
+        if inner is not None and name in vars(inner):
+            setattr(inner, name, value)
+
     def _follow(self) -> None:
         inner = self._perdure_sink.inner
         if inner is not None:
@@ -412,6 +464,17 @@ class DurableRunResultStreaming(RunResultStreaming):
                 await asyncio.shield(task)
 
     @property
+    def run_loop_exception(self) -> BaseException | None:  # type: ignore[override]
+        """What the SDK's run loop of the drive raised (its ``run_loop_exception``),
+        else what this result's drive raised; None until the drive has ended."""
+        task = self.run_loop_task
+        if task is None or not task.done() or task.cancelled():
+            return None
+        inner = self._perdure_sink.inner
+        raised = None if inner is None else inner.run_loop_exception
+        return raised if raised is not None else task.exception()
+
+    @property
     def last_agent_name(self) -> str:
         return self.last_agent.name
 
@@ -419,28 +482,35 @@ class DurableRunResultStreaming(RunResultStreaming):
 def _streaming_result(
     agent: Agent[Any], input: Any, context: Any, max_turns: int | None, run_id: str
 ) -> DurableRunResultStreaming:
+    counted: dict[str, Any] = {}
     if isinstance(input, RunState):
-        shown: Any = []
+        fields = _compat.resumed_fields(input)
+        counted["_current_turn_persisted_item_count"] = fields.pop(
+            "_current_turn_persisted_item_count"
+        )
     else:
-        shown = input if isinstance(input, str) else list(input)
+        fields: dict[str, Any] = {
+            "input": input if isinstance(input, str) else list(input),
+            "new_items": [],
+            "raw_responses": [],
+            "current_turn": 0,
+            "input_guardrail_results": [],
+            "output_guardrail_results": [],
+        }
     result = _compat.new_streaming_result(
         DurableRunResultStreaming,
-        input=shown,
-        new_items=[],
+        **fields,
         current_agent=agent,
-        raw_responses=[],
         final_output=None,
         is_complete=False,
-        current_turn=0,
         max_turns=max_turns,
-        input_guardrail_results=[],
-        output_guardrail_results=[],
         tool_input_guardrail_results=[],
         tool_output_guardrail_results=[],
         context_wrapper=RunContextWrapper(context=context),
         trace=None,
     )
     assert isinstance(result, DurableRunResultStreaming)
+    vars(result).update(counted)
     result.run_id = run_id
     result.handle = None
     result._perdure_error = None  # pyright: ignore[reportPrivateUsage]
@@ -663,11 +733,21 @@ class DurableRunner:
             stream=True,
             approvals=approvals,
         )
+        _compat.validate_streamed_start(
+            starting_agent,
+            input,
+            run_config,
+            conversation_id=conversation_id,
+            previous_response_id=previous_response_id,
+            auto_previous_response_id=auto_previous_response_id,
+        )
         sink = StreamSink()
         local.sink = sink
         rid = run_id or uuid.uuid4().hex
         result = _streaming_result(starting_agent, input, context, max_turns, rid)
         result._perdure_sink = sink  # pyright: ignore[reportPrivateUsage]
+        sink.outer = result
+        sink.shown = {name: len(vars(result).get(name) or []) for name in RESULT_LISTS}
         loop = asyncio.get_running_loop()
         result.run_loop_task = loop.create_task(
             result._drive(spec, local, url, backend),  # pyright: ignore[reportPrivateUsage]
