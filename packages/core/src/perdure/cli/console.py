@@ -70,6 +70,14 @@ def serve(
         markup=False,
         soft_wrap=True,
     )
+    console.print(
+        "/metrics: for a scraper's bearer token and logged-in operators"
+        if token is not None
+        else f"/metrics: for logged-in operators (set ${METRICS_TOKEN_ENV} or "
+        "--metrics-token-file for a scraper)",
+        markup=False,
+        soft_wrap=True,
+    )
     if generated:
         console.print(
             f"operators log in with the secret {secret} "
