@@ -195,9 +195,18 @@ async def main(
             ):
                 await perdure_concurrent(backend, 10, steps, io)  # warm-up
                 await bare_concurrent(client, 10, steps, io)
+                before = server_requests(server.metrics_port)
                 bare_s, bare_failed = await bare_concurrent(client, runs, steps, io)
+                await asyncio.sleep(METRICS_DELAY)
+                middle = server_requests(server.metrics_port)
                 ours_s, ours_failed = await perdure_concurrent(backend, runs, steps, io)
+                await asyncio.sleep(METRICS_DELAY)
+                after = server_requests(server.metrics_port)
             print(f"\n{runs} concurrent runs x {steps} steps x {io_ms:g} ms I/O, one process")
+            print("  server requests per run (bare | perdure):")
+            bare_ops, ours_ops = middle - before, after - middle
+            for op in sorted(set(bare_ops) | set(ours_ops)):
+                print(f"    {op:40}{bare_ops[op] / runs:7.1f} | {ours_ops[op] / runs:7.1f}")
             print(f"  bare Temporal activities  {bare_s:7.1f} s   {bare_failed} failed")
             print(f"  perdure on temporal://    {ours_s:7.1f} s   {ours_failed} failed")
             print(

@@ -27,6 +27,7 @@ from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowHistoryEventFilterType,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import (
@@ -190,11 +191,12 @@ class TemporalBackend(Backend):
 
     async def get_run(self, run_id: str) -> RunInfo:
         await self.open()
-        info, _ = await self._describe(run_id)
+        info, _, _ = await self._describe(run_id)
         return info
 
-    async def _describe(self, run_id: str) -> tuple[RunInfo, int]:
-        """The run as its workflow's memo shows it, and its history length."""
+    async def _describe(self, run_id: str) -> tuple[RunInfo, int, str]:
+        """The run as its workflow's memo shows it, the history length of the workflow's
+        current execution, and that execution's id."""
         handle = self._handle(run_id)
         try:
             desc = await ride_out(f"describe of run {run_id!r}", handle.describe)
@@ -210,7 +212,7 @@ class TemporalBackend(Backend):
             status = desc.status.name if desc.status is not None else "closed"
             info.status = RunStatus.FAILED
             info.error = {"type": "WorkflowClosed", "message": f"the workflow was {status}"}
-        return info, desc.history_length
+        return info, desc.history_length, desc.run_id
 
     async def _info_from_memo(self, run_id: str, memo: Mapping[str, Any]) -> RunInfo:
         run = memo.get(MEMO)
@@ -372,14 +374,27 @@ class TemporalBackend(Backend):
             ) from None
 
     async def _until(self, run_id: str, statuses: Sequence[RunStatus]) -> RunInfo:
-        """Long-poll the run's history; read the run again only when its record changed."""
+        """Long-poll the run's history; read the run again only when its record changed.
+
+        Waiting for the run to stop, a caller long-polls for the close of the workflow's
+        current execution alone (one request, answered when the run ends, or parks:
+        the workflow continues as new then). Waiting for it to stop moving (``idle``)
+        wakes on every change of its record, since a suspension closes nothing."""
+        suspension = RunStatus.SUSPENDED in statuses
         while True:
-            info, seen = await self._describe(run_id)
+            info, seen, execution = await self._describe(run_id)
             if info.status in statuses:
                 return info
-            handle = self._handle(run_id)
+            handle = self.client.get_workflow_handle(self.workflow_id(run_id), run_id=execution)
             with contextlib.suppress(RPCError):
-                async for event in handle.fetch_history_events(wait_new_event=True):
+                async for event in handle.fetch_history_events(
+                    wait_new_event=True,
+                    event_filter_type=(
+                        WorkflowHistoryEventFilterType.ALL_EVENT
+                        if suspension
+                        else WorkflowHistoryEventFilterType.CLOSE_EVENT
+                    ),
+                ):
                     if event.event_id > seen and event.event_type in _CHANGES:
                         break
 

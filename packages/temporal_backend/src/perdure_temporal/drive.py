@@ -31,7 +31,13 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from perdure.errors import LeaseLostError, PerdureError, SubstrateError, classify
+from perdure.errors import (
+    CorruptHistoryError,
+    LeaseLostError,
+    PerdureError,
+    SubstrateError,
+    classify,
+)
 from perdure.records import EventKind, NewEvent, RunInfo, SignalRecord
 from perdure.semantics import Drained, drive, park_broken
 from perdure.store import RunUpdate
@@ -55,12 +61,14 @@ class DriveJournal:
         self,
         drives: Drives,
         handle: WorkflowHandle[Any, Any],
-        info: RunInfo,
+        run_id: str,
         begun: dict[str, Any],
     ) -> None:
         self.drives = drives
         self.handle = handle
-        self.info = info
+        self._run_id = run_id
+        #: The run as the drive began it (set once its history is read).
+        self.info: RunInfo | None = None
         self.fence = int(begun["fence"])
         self.next_seq = int(begun["next_seq"])
         self._cancel = bool(begun["run"].get("cancel_requested"))
@@ -77,7 +85,7 @@ class DriveJournal:
 
     @property
     def run_id(self) -> str:
-        return self.info.run_id
+        return self._run_id
 
     @property
     def url(self) -> str:
@@ -119,11 +127,8 @@ class DriveJournal:
                 "wake_at": update.wake_at,
                 "attention": update.attention,
             }
-        done = [e for e in packed if e["kind"] == EventKind.STEP_COMPLETED.value]
-        if done:
-            # Before the record is sent: if it never lands, the next attempt has it.
-            self.unrecorded = done
-            self.heartbeat()
+        # Until acknowledged, the heartbeats carry the completions to the next attempt.
+        self.unrecorded = [e for e in packed if e["kind"] == EventKind.STEP_COMPLETED.value]
         # One id per record: a resend after a timed-out RPC is applied at most once.
         update_id = f"append-{self.fence}-{self.next_seq}"
         try:
@@ -205,27 +210,32 @@ class Drives:
         run_id = str(arg["run_id"])
         info = activity.info()
         handle = self.client.get_workflow_handle(self.workflow_id(run_id))
-        begin_arg = {"drive": int(arg["drive"]), "attempt": info.attempt}
-        try:
-            begun: dict[str, Any] = await ride_out(
-                f"begin of run {run_id!r}",
-                lambda: handle.execute_update(
-                    "begin", begin_arg, id=f"begin-{arg['drive']}-{info.attempt}"
-                ),
-            )
-        except WorkflowUpdateFailedError as exc:
-            cause = exc.cause
-            if isinstance(cause, ApplicationError) and cause.type in (STALE_DRIVE, INVALID_STATE):
-                return {"stale": True}  # a later attempt, or the run's end, came first
-            raise
-        run_info = await self.values.info(begun["run"])
-        journal = DriveJournal(self, handle, run_info, begun)
+        begun: dict[str, Any] | None = arg.get("begun") if info.attempt == 1 else None
+        if begun is None:  # a retry: fence out every earlier attempt first
+            begin_arg = {"drive": int(arg["drive"]), "attempt": info.attempt}
+            try:
+                begun = await ride_out(
+                    f"begin of run {run_id!r}",
+                    lambda: handle.execute_update(
+                        "begin", begin_arg, id=f"begin-{arg['drive']}-{info.attempt}"
+                    ),
+                )
+            except WorkflowUpdateFailedError as exc:
+                cause = exc.cause
+                if isinstance(cause, ApplicationError) and cause.type in (
+                    STALE_DRIVE,
+                    INVALID_STATE,
+                ):
+                    return {"stale": True}  # a later attempt, or the run's end, came first
+                raise
+        assert begun is not None
+        journal = DriveJournal(self, handle, run_id, begun)
         # Kept in this attempt's heartbeats until an append lands (a second crash).
         journal.unrecorded = _unrecorded(info.heartbeat_details)
         carried = await carried_from(self.values, run_id, journal.unrecorded)
         # The task copies the activity's context (heartbeats need it), which holds no run.
         task = asyncio.get_running_loop().create_task(
-            self._drive(journal, carried), name=f"perdure-drive-{run_id}"
+            self._drive(journal, begun, carried), name=f"perdure-drive-{run_id}"
         )
         self.running[run_id] = task
         beat = asyncio.get_running_loop().create_task(self._heartbeat(journal))
@@ -238,30 +248,36 @@ class Drives:
             if self.running.get(run_id) is task:
                 del self.running[run_id]
 
-    async def _drive(self, journal: DriveJournal, carried: dict[str, NewEvent]) -> dict[str, Any]:
+    async def _drive(
+        self, journal: DriveJournal, begun: dict[str, Any], carried: dict[str, NewEvent]
+    ) -> dict[str, Any]:
         """One attempt, to the run's next stop; what the workflow does next."""
         run_id = journal.run_id
         try:
-            rows = await ride_out(
-                f"history of run {run_id!r}",
-                lambda: read_history(self.client, self.workflow_id(run_id)),
-            )
+            rows: list[dict[str, Any]] | None = begun.get("history")
+            if rows is None:
+                rows = await ride_out(
+                    f"history of run {run_id!r}",
+                    lambda: read_history(self.client, self.workflow_id(run_id)),
+                )
             history = await self.values.events(run_id, rows)
+            if not history or history[0].kind is not EventKind.RUN_STARTED:
+                raise CorruptHistoryError(run_id, 0, "the history does not begin with run_started")
+            # The input is the run's first event (the record leaves it out).
+            journal.info = await self.values.info(
+                {**begun["run"], "input": rows[0].get("data"), "input_ref": rows[0].get("data_ref")}
+            )
         except Exception as exc:
             if _transient(exc):
                 raise _interrupted(journal, exc) from None
             log.error("run %s cannot be replayed: %s", run_id, exc)
             return {"status": (await park_broken(journal, exc)).value}
-        workflow = get_workflow(journal.info.workflow)
+        info = journal.info
+        workflow = get_workflow(info.workflow)
         try:
             # perdure.semantics reports the drive to the metrics and traces observers
             status = await drive(
-                journal,
-                workflow,
-                journal.info.input,
-                history,
-                carried=carried,
-                details=journal.info.details,
+                journal, workflow, info.input, history, carried=carried, details=info.details
             )
         except LeaseLostError:
             # A later attempt (or the run's end) came first; nothing of ours stands.
@@ -291,14 +307,19 @@ class Drives:
             raise
 
     async def _heartbeat(self, journal: DriveJournal) -> None:
-        """Heartbeat with the last recorded step; when the worker begins to shut down,
-        let the drive finish the step in hand and stop at the next boundary (drain)."""
+        """Heartbeat (the last recorded step, the completions not yet acknowledged) every
+        quarter of the timeout; when the worker begins to shut down, let the drive finish
+        the step in hand and stop at the next boundary (drain)."""
         period = max(float(self.config.heartbeat_timeout) / 4, 0.2)
-        while True:
-            journal.heartbeat()
-            if activity.is_worker_shutdown():
-                journal.stopping = True
-            await asyncio.sleep(min(period, 0.5) if not journal.stopping else period)
+        shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+        try:
+            while True:
+                journal.heartbeat()
+                await asyncio.wait((shutdown,), timeout=period)
+                if shutdown.done():
+                    journal.stopping = True
+        finally:
+            shutdown.cancel()
 
 
 def _transient(exc: BaseException) -> bool:

@@ -98,6 +98,12 @@ class PerdureRun:
         self.config: dict[str, Any] = dict(start["config"])
         self.due = bool(carried.get("due", True))
         self._shown: tuple[str, bool] | None = None
+        #: The run's first event, while it is all the history (the first drive needs
+        #: no read of the history then).
+        self.first_event: dict[str, Any] | None = start.get("event") if not carried else None
+        #: The run was parked during this execution: the workflow continues as new, so
+        #: a caller long-polling for the execution's close (``wait``) hears of it.
+        self.parked_here = False
 
     @workflow.run
     async def main(self, start: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +113,9 @@ class PerdureRun:
                 if self.run["status"] in TERMINAL:
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     return self.run
-                if self._too_long():
+                # (patched: executions recorded before this change replay unchanged)
+                parked = self.parked_here and not self.due and workflow.patched("park-anew")
+                if parked or self._too_long():
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     # The record as it is now: Temporal would carry the start's memo.
                     workflow.continue_as_new(
@@ -137,10 +145,17 @@ class PerdureRun:
         if self.run["status"] not in ("running",):
             self.run["status"] = "running"
             self._publish()
+        # Attempt 1 is admitted now, with what ``begin`` would return: one update less
+        # per drive. A retry (attempt 2 on) still calls ``begin``, which fences it out.
+        self.admitted = (self.drives, 1)
+        self.run["fence"] += 1
+        begun = self._begun()
+        if self.first_event is not None and self.next_seq == 1:
+            begun["history"] = [{**self.first_event, "seq": 0}]
         cfg = self.config
         handle = workflow.start_activity(
             DRIVE_ACTIVITY,
-            {"run_id": self.run["run_id"], "drive": self.drives},
+            {"run_id": self.run["run_id"], "drive": self.drives, "begun": begun},
             task_queue=cfg["task_queue"],
             start_to_close_timeout=timedelta(seconds=float(cfg["drive_timeout"])),
             heartbeat_timeout=timedelta(seconds=float(cfg["heartbeat_timeout"])),
@@ -228,8 +243,13 @@ class PerdureRun:
         """Admit drive attempt ``(drive, attempt)``: every earlier attempt is fenced out."""
         self.admitted = (int(arg["drive"]), int(arg["attempt"]))
         self.run["fence"] += 1
+        return self._begun()
+
+    def _begun(self) -> dict[str, Any]:
+        """What a drive attempt starts from: the record (its input is in the history),
+        its fence, the next event's number and the unconsumed signals."""
         return {
-            "run": self.run,
+            "run": {k: v for k, v in self.run.items() if k != "input"},
             "fence": self.run["fence"],
             "next_seq": self.next_seq,
             "signals": [s for s in self.signals if not s["consumed"]],
@@ -272,6 +292,7 @@ class PerdureRun:
                 wake_at=update.get("wake_at"),
                 attention=update.get("attention"),
             )
+            self.parked_here = self.parked_here or run["status"] == "needs-attention"
             self._publish()
         return {
             "next_seq": self.next_seq,
@@ -416,6 +437,7 @@ class PerdureRun:
 
     def _park(self, attention: dict[str, Any]) -> None:
         self.run.update(status="needs-attention", attention=attention)
+        self.parked_here = True
         self._publish()
 
     def _publish(self, *, force: bool = False) -> None:
