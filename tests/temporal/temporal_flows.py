@@ -52,3 +52,15 @@ def mail(receiver: str) -> str:
 async def mail_then_wait(receiver: str) -> Any:
     await mail(receiver)
     return await perdure.wait_for_signal(perdure.APPROVAL)
+
+
+@perdure.step
+def secret_lookup(order: str) -> str:
+    return f"{order}:SECRET-RESULT-5712"
+
+
+@perdure.workflow(name="temporal_sealed")
+async def sealed(order: str) -> Any:
+    found = await secret_lookup(order)
+    decision = await perdure.wait_for_signal("go")
+    return {"found": found, "decision": decision}

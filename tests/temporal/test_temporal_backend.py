@@ -3,15 +3,18 @@ history read from Temporal's own, and Temporal-side cancellation."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client
+from typer.testing import CliRunner
 
 import perdure
 from perdure import RunStatus
+from perdure.cli import app
 from perdure.registry import open_backend
 from perdure_temporal import TemporalBackend, TemporalUrl
 from perdure_temporal.testing import fresh_url
@@ -151,3 +154,39 @@ async def test_a_long_run_continues_as_new_and_keeps_one_history(
         assert desc.run_id != desc.raw_description.workflow_execution_info.first_run_id
     finally:
         await backend.close()
+
+
+async def test_runs_list_shows_a_corrupt_run_record_and_lists_the_rest(
+    backend: TemporalBackend, flows: Any, url: str
+) -> None:
+    """A ``perdure.run`` workflow whose memo is not a readable run record (written by
+    something else, or damaged) is listed as needing attention, reason ``corrupt``."""
+    for run_id in ("good-1", "good-2"):
+        await backend.start(flows.waits, (), {}, run_id=run_id)
+    await backend.idle()
+    config = TemporalUrl.parse(url)
+    client = await Client.connect(config.target, namespace=config.namespace)
+    bad = await client.start_workflow(
+        "perdure.run",
+        {"not": "a start"},
+        id=f"{config.id_prefix}bad",
+        task_queue=config.task_queue,
+        memo={"perdure": {"run_id": "bad", "status": "exploded"}},
+    )
+    await bad.terminate("test: a damaged record, kept as it is")
+
+    listed = {r.run_id: r for r in await backend.list_runs()}
+    assert set(listed) == {"good-1", "good-2", "bad"}
+    assert listed["good-1"].status is RunStatus.SUSPENDED
+    assert listed["bad"].status is RunStatus.NEEDS_ATTENTION
+    assert listed["bad"].attention is not None
+    assert listed["bad"].attention["reason"] == "corrupt"
+    assert "exploded" in listed["bad"].attention["message"]
+    with pytest.raises(perdure.CorruptHistoryError, match=r"'bad'.*exploded"):
+        await backend.get_run("bad")
+
+    shown = await asyncio.to_thread(  # the CLI runs its own event loop
+        CliRunner().invoke, app, ["runs", "list", "--url", url], env={"COLUMNS": "250"}
+    )
+    assert shown.exit_code == 0, shown.output
+    assert all(run_id in shown.output for run_id in ("good-1", "good-2", "bad"))

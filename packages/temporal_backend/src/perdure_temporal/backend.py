@@ -19,12 +19,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
+    WorkflowExecution,
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowHistoryEventFilterType,
@@ -46,8 +47,10 @@ from perdure.errors import (
     ApprovalNotPendingError,
     BackendUnavailableError,
     ConfigurationError,
+    CorruptHistoryError,
     InvalidRunStateError,
     RunNotFoundError,
+    SerializationError,
 )
 from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus
 from perdure.semantics import approvals, events, guards
@@ -204,8 +207,7 @@ class TemporalBackend(Backend):
             if exc.status is RPCStatusCode.NOT_FOUND:
                 raise RunNotFoundError(run_id) from None
             raise BackendUnavailableError(f"describe of run {run_id!r}: {exc}") from exc
-        memo = await desc.memo()
-        info = await self._info_from_memo(run_id, memo)
+        info = await self._info_from_memo(run_id, desc.memo)
         closed = desc.status not in (None, WorkflowExecutionStatus.RUNNING)
         if closed and info.status.value not in TERMINAL:
             # Ended by Temporal itself (terminated, timed out), not by the run.
@@ -214,11 +216,31 @@ class TemporalBackend(Backend):
             info.error = {"type": "WorkflowClosed", "message": f"the workflow was {status}"}
         return info, desc.history_length, desc.run_id
 
-    async def _info_from_memo(self, run_id: str, memo: Mapping[str, Any]) -> RunInfo:
-        run = memo.get(MEMO)
+    async def _info_from_memo(
+        self, run_id: str, memo: Callable[[], Awaitable[Mapping[str, Any]]]
+    ) -> RunInfo:
+        """The run its workflow's memo records; ``CorruptHistoryError`` when the memo
+        cannot be decoded or is not a run record (``SerializationError`` when it is
+        sealed with a key this process lacks)."""
+        try:
+            decoded = await memo()
+        except SerializationError:
+            raise
+        except Exception as exc:  # the payload converter's own errors
+            raise CorruptHistoryError(
+                run_id, None, f"the workflow's memo cannot be decoded: {type(exc).__name__}: {exc}"
+            ) from None
+        run = decoded.get(MEMO)
         if not isinstance(run, dict):
             raise RunNotFoundError(run_id)  # not a perdure run
-        return await self.values.info(cast(dict[str, Any], run), input_text=memo.get(INPUT_MEMO))
+        try:
+            return await self.values.info(
+                cast(dict[str, Any], run), input_text=decoded.get(INPUT_MEMO)
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptHistoryError(
+                run_id, None, f"the run record in the workflow's memo is malformed: {exc!r}"
+            ) from None
 
     async def list_runs(
         self,
@@ -245,10 +267,14 @@ class TemporalBackend(Backend):
         async for wf in self.client.list_workflows(query, page_size=min(max(limit, 10), 1000)):
             if not wf.id.startswith(prefix):
                 continue
+            run_id = wf.id[len(prefix) :]
             try:
-                info = await self._info_from_memo(wf.id[len(prefix) :], await wf.memo())
+                info = await self._info_from_memo(run_id, wf.memo)
             except RunNotFoundError:
                 continue
+            except (CorruptHistoryError, SerializationError) as exc:
+                # One bad record must not hide every other run from a listing.
+                info = _unreadable(run_id, wf, exc)
             if not wanted(info):
                 continue
             out.append(info)
@@ -499,6 +525,21 @@ class TemporalBackend(Backend):
             "now": time.time(),
         }
         return await self.values.info(await self._update(run_id, "admin_append", arg))
+
+
+def _unreadable(run_id: str, wf: WorkflowExecution, exc: Exception) -> RunInfo:
+    """A run whose record cannot be read, as a listing shows it: needing attention,
+    reason ``corrupt``, with what visibility itself knows."""
+    started = wf.start_time.timestamp()
+    return RunInfo(
+        run_id=run_id,
+        workflow=wf.typed_search_attributes.get(WORKFLOW) or "?",
+        status=RunStatus.NEEDS_ATTENTION,
+        input=None,
+        created_at=started,
+        updated_at=started,
+        attention={"reason": "corrupt", "message": str(exc)},
+    )
 
 
 def _quote(value: str) -> str:

@@ -7,8 +7,10 @@ Settings come, lowest first, from Temporal's own client configuration
 profile), then from the URL: its host and namespace, ``tls=true``, ``tls_ca=``,
 ``tls_cert=``, ``tls_key=`` (PEM files, for mTLS), ``tls_server_name=``, and
 ``api_key_env=`` (the variable holding the API key — a key never goes into a URL, which
-is logged). A payload codec set with ``use_payload_codec`` (e.g. encryption) applies to
-everything perdure sends to Temporal.
+is logged). With perdure's encryption key configured (``PERDURE_ENCRYPTION_KEY``, see
+``perdure.encryption``) every payload perdure sends to Temporal is sealed with it
+(``perdure_temporal.sealing``); a payload codec set with ``use_payload_codec`` replaces
+that one. Failure messages are then encoded too (they can quote user data).
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.converter import DataConverter, DefaultFailureConverter, PayloadCodec
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import TLSConfig
 
+from perdure.encryption import keyring
 from perdure.errors import ConfigurationError
+from perdure_temporal.sealing import KeyringCodec
 
 if TYPE_CHECKING:
     from perdure_temporal.url import TemporalUrl
@@ -69,9 +73,21 @@ def connect_options(config: TemporalUrl) -> dict[str, Any]:
             raise ConfigurationError(f"Temporal URL: api_key_env={env} but ${env} is not set")
         options["api_key"] = key
         options.setdefault("tls", True)
-    if _codec is not None:
-        options["data_converter"] = dataclasses.replace(DataConverter.default, payload_codec=_codec)
+    ring = keyring()
+    # Without a key, still recognise sealed payloads, to refuse them by name.
+    codec = _codec if _codec is not None else KeyringCodec(ring)
+    converter = dataclasses.replace(DataConverter.default, payload_codec=codec)
+    if _codec is not None or ring is not None:
+        converter = dataclasses.replace(converter, failure_converter_class=_EncodedFailures)
+    options["data_converter"] = converter
     return options
+
+
+class _EncodedFailures(DefaultFailureConverter):
+    """Failures whose message and stack trace travel as an (encoded) payload."""
+
+    def __init__(self) -> None:
+        super().__init__(encode_common_attributes=True)
 
 
 def _tls(given: dict[str, str]) -> TLSConfig | bool | None:
