@@ -4,6 +4,7 @@ history read from Temporal's own, and Temporal-side cancellation."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import perdure
 from perdure import RunStatus
 from perdure.cli import app
 from perdure.registry import open_backend
+from perdure.retention import export_name
 from perdure_temporal import TemporalBackend, TemporalUrl
 from perdure_temporal.testing import fresh_url
 
@@ -190,3 +192,46 @@ async def test_runs_list_shows_a_corrupt_run_record_and_lists_the_rest(
     )
     assert shown.exit_code == 0, shown.output
     assert all(run_id in shown.output for run_id in ("good-1", "good-2", "bad"))
+
+
+async def test_runs_prune_deletes_finished_runs_from_temporal(flows: Any, tmp_path: Path) -> None:
+    """Every execution of a finished run goes (this one continued as new), after its
+    export; a waiting run stays."""
+    url = fresh_url(tmp_path, history_limit=50)
+    backend = open_backend(url)
+    await backend.open()
+    try:
+        await _prune_one(backend, flows, url, tmp_path)
+    finally:
+        await backend.close()
+
+
+async def _prune_one(backend: Any, flows: Any, url: str, tmp_path: Path) -> None:
+    await backend.start(flows.long, (20,), {}, run_id="done")
+    await backend.start(flows.waits, (), {}, run_id="waiting")
+    await backend.idle()
+    await backend.signal("done", perdure.APPROVAL, {"approved": True})
+    assert (await backend.wait("done", timeout=120)).status is RunStatus.SUCCEEDED
+    history = await backend.history("done")
+    config = TemporalUrl.parse(url)
+    client = await Client.connect(config.target, namespace=config.namespace)
+    executions = [
+        wf async for wf in client.list_workflows(f"WorkflowId = '{config.id_prefix}done'")
+    ]
+    assert len(executions) > 1
+
+    folder = tmp_path / "exported"
+    pruned = await asyncio.to_thread(
+        CliRunner().invoke,
+        app,
+        ["runs", "prune", "--older-than", "0s", "--export", str(folder), "--url", url],
+    )
+    assert pruned.exit_code == 0, pruned.output
+    assert "deleted 1 of 1" in pruned.output
+    lines = (folder / export_name("done")).read_text().splitlines()
+    assert [json.loads(line) for line in lines[1:]] == [ev.to_json() for ev in history]
+    with pytest.raises(perdure.RunNotFoundError):
+        await backend.get_run("done")
+    with pytest.raises(perdure.RunNotFoundError):
+        await backend.history("done")
+    assert (await backend.get_run("waiting")).status is RunStatus.SUSPENDED

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
+from temporalio.api.common.v1 import WorkflowExecution as ProtoExecution
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -295,6 +298,55 @@ class TemporalBackend(Backend):
                 raise RunNotFoundError(run_id) from None
             raise
         return await self.values.events(run_id, rows)
+
+    async def delete_finished(self, run_ids: Sequence[str]) -> list[str]:
+        """Delete the workflow executions of those runs that have ended (every execution
+        a run continued as new into), each once Temporal no longer finds it; the ids
+        deleted. Payloads stored aside are content-addressed and may be shared by other
+        runs: the payload store's own retention removes them (``pg_payloads``)."""
+        await self.open()
+        gone: list[str] = []
+        for run_id in run_ids:
+            try:
+                info = await self.get_run(run_id)
+            except RunNotFoundError:
+                continue
+            if not info.status.terminal:
+                continue
+            await self._delete_run(run_id)
+            gone.append(run_id)
+        return gone
+
+    async def _delete_run(self, run_id: str) -> None:
+        wid = self.workflow_id(run_id)
+        what = f"deletion of run {run_id!r}"
+        query = f"WorkflowId = {_quote(wid)}"
+        executions = [wf.run_id async for wf in self.client.list_workflows(query)]
+        for execution in executions:
+            await ride_out(what, functools.partial(self._delete, wid, execution))
+        await ride_out(what, functools.partial(self._deleted, run_id))
+
+    async def _delete(self, workflow_id: str, execution: str) -> None:
+        request = DeleteWorkflowExecutionRequest(
+            namespace=self.config.namespace,
+            workflow_execution=ProtoExecution(workflow_id=workflow_id, run_id=execution),
+        )
+        try:
+            await self.client.workflow_service.delete_workflow_execution(request)
+        except RPCError as exc:
+            if exc.status is not RPCStatusCode.NOT_FOUND:
+                raise
+
+    async def _deleted(self, run_id: str) -> None:
+        """Returns once the run is gone; Temporal deletes in the background, and until
+        then the run still reads back (a passing state: ``ride_out`` asks again)."""
+        try:
+            await self._handle(run_id).describe()
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                return
+            raise
+        raise TimeoutError(f"run {run_id!r} is still being deleted")
 
     # -- starting and waiting ------------------------------------------------------------
 
