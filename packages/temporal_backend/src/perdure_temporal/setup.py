@@ -1,4 +1,5 @@
-"""``python -m perdure_temporal.setup --url temporal://...``: prepare a namespace once.
+"""``perdure temporal setup --url temporal://...`` (or ``python -m perdure_temporal.setup``):
+prepare a namespace once.
 
 perdure lists and filters runs by two search attributes, ``PerdureStatus`` and
 ``PerdureWorkflow`` (both Keyword). Workers never create them at run time; an operator
@@ -19,7 +20,9 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
+from temporalio.service import RPCError
 
+from perdure.errors import BackendUnavailableError
 from perdure_temporal.url import TemporalUrl
 from perdure_temporal.workflow import SEARCH_ATTRIBUTES
 
@@ -27,7 +30,12 @@ from perdure_temporal.workflow import SEARCH_ATTRIBUTES
 async def ensure_search_attributes(url: str) -> list[str]:
     """Create perdure's search attributes on ``url``'s namespace; return those added."""
     config = TemporalUrl.parse(url)
-    client = await Client.connect(**config.connect_options())
+    try:
+        client = await asyncio.wait_for(Client.connect(**config.connect_options()), timeout=15)
+    except (RuntimeError, RPCError, TimeoutError, OSError) as exc:
+        raise BackendUnavailableError(
+            f"Temporal at {config.target} (namespace {config.namespace!r}) is unavailable: {exc}"
+        ) from exc
     have = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=config.namespace)
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
 from typing import Annotated
 
@@ -582,6 +583,21 @@ def gateway_forget_cmd(
 ) -> None:
     """Forget one attempt once you checked its upstream: its key's next call is forwarded."""
     execute(lambda: gateway_mod.forget(url, upstream, key))
+
+
+def _add_backend_commands() -> None:
+    """Command groups that installed backends bring (entry-point group ``perdure.cli``,
+    a typer app named by its entry point: ``perdure temporal setup``). A backend that
+    cannot be imported brings none; its URL says why when it is used."""
+    for ep in importlib.metadata.entry_points(group="perdure.cli"):
+        try:
+            group = ep.load()
+        except ImportError:
+            continue
+        app.add_typer(group, name=ep.name)
+
+
+_add_backend_commands()
 
 
 def main() -> None:
