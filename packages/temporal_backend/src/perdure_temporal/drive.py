@@ -314,10 +314,12 @@ class Drives:
         shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
         try:
             while True:
-                journal.heartbeat()
+                # Not at once: Temporal's heartbeat timer starts with the attempt, so a
+                # drive shorter than a period (most of them) sends none at all.
                 await asyncio.wait((shutdown,), timeout=period)
                 if shutdown.done():
                     journal.stopping = True
+                journal.heartbeat()
         finally:
             shutdown.cancel()
 

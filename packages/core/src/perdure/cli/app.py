@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.metadata
+import logging
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -601,5 +604,20 @@ _add_backend_commands()
 
 
 def main() -> None:
-    """Entry point of the ``perdure`` script."""
-    app(prog_name="perdure")
+    """Entry point of the ``perdure`` script.
+
+    The process ends with ``os._exit`` once the command is done and its output flushed:
+    a backend's native client (Temporal's) leaves threads that can abort the
+    interpreter's own teardown ("PyGILState_Release ... finalizing", temporalio
+    sdk-python issue 300), which would turn a clean exit code into SIGABRT."""
+    try:
+        app(prog_name="perdure")
+        code = 0
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
