@@ -173,6 +173,13 @@ class Backend(ABC):
         that cannot delete runs says so."""
         raise NotImplementedError(f"the {type(self).__name__} backend cannot delete runs yet")
 
+    async def check_substrate_replay(self, run_id: str) -> str | None:
+        """What the substrate's own replay of the run's execution finds wrong with this
+        code (``perdure replay`` reports it beside perdure's check), or None. Only a
+        backend whose substrate replays its own code (Temporal's ``perdure.run``
+        workflow) has anything to check."""
+        return None
+
     @abstractmethod
     async def wait(
         self, run_id: str, *, timeout: float | None = None, drive: bool = True

@@ -65,7 +65,7 @@ from perdure_temporal.faults import ride_out
 from perdure_temporal.history import read_history
 from perdure_temporal.payloads import PayloadStore, open_payloads
 from perdure_temporal.url import TemporalUrl
-from perdure_temporal.worker import WorkflowWorker, drive_worker
+from perdure_temporal.worker import WorkflowWorker, drive_worker, replay_failure
 from perdure_temporal.workflow import (
     APPROVAL_NOT_PENDING,
     INPUT_MEMO,
@@ -347,6 +347,20 @@ class TemporalBackend(Backend):
                 return
             raise
         raise TimeoutError(f"run {run_id!r} is still being deleted")
+
+    async def check_substrate_replay(self, run_id: str) -> str | None:
+        """Temporal's ``Replayer`` on the run's current execution with this process's
+        ``perdure.run`` workflow: what it finds nondeterministic, or None."""
+        await self.open()
+        try:
+            history = await ride_out(
+                f"history of run {run_id!r}", lambda: self._handle(run_id).fetch_history()
+            )
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                raise RunNotFoundError(run_id) from None
+            raise
+        return await replay_failure(history, self.client.data_converter)
 
     # -- starting and waiting ------------------------------------------------------------
 

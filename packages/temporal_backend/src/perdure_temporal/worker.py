@@ -13,8 +13,9 @@ import threading
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.client import Client, WorkflowHistory
+from temporalio.converter import DataConverter
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from perdure_temporal.workflow import PerdureRun
 
@@ -95,3 +96,17 @@ def drive_worker(
         # leaves a loaded worker a fifth of it: send one every quarter instead.
         max_heartbeat_throttle_interval=timedelta(seconds=heartbeat_timeout / 4),
     )
+
+
+async def replay_failure(history: WorkflowHistory, converter: DataConverter) -> str | None:
+    """Why this process's ``perdure.run`` cannot replay ``history`` (code that changed
+    the workflow's commands under a running execution), or None when it replays."""
+    replayer = Replayer(
+        workflows=[PerdureRun],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+        data_converter=converter,
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    if result.replay_failure is None:
+        return None
+    return f"Temporal's Replayer: {type(result.replay_failure).__name__}: {result.replay_failure}"

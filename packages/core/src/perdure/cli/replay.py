@@ -2,10 +2,14 @@
 
 Run it before a deploy with the new code: every in-flight run of the modules'
 workflows (or the one named) is replayed in memory; nothing runs and nothing is
-written. Exit 0 when every history matches, 5 when one does not (the step is named).
+written. Where the substrate replays code of its own (Temporal's ``perdure.run``
+workflow, through Temporal's ``Replayer``), that replay is checked too. Exit 0 when
+every history matches, 5 when one does not (the step is named).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from rich.table import Table
 
@@ -35,7 +39,11 @@ async def replay(url: str | None, run_id: str | None, limit: int) -> int:
                 if i.workflow in names
             ]
         for info in infos:
-            reports.append(await check_replay(info, await backend.history(info.run_id)))
+            report = await check_replay(info, await backend.history(info.run_id))
+            problem = await backend.check_substrate_replay(info.run_id)
+            if problem is not None and report.ok:
+                report = dataclasses.replace(report, ok=False, step_key="-", error=problem)
+            reports.append(report)
     table = Table("run", "workflow", "recorded steps", "verdict", box=None)
     for r in reports:
         verdict = (
