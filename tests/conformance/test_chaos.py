@@ -30,7 +30,7 @@ async def test_random_sigkills_lose_duplicate_and_fail_nothing(
 ) -> None:
     chaos = Chaos(perdure_backend, receiver, processes, column=perdure_store)
     runs = max(1, chaos_kills // 4)
-    tally = await chaos.run(runs=runs, kills=chaos_kills, timeout=180 + 10 * chaos_kills)
+    tally = await chaos.run(runs=runs, kills=chaos_kills)
     tally.record()
     print(tally)
     assert tally.ok(), tally

@@ -68,6 +68,18 @@ def own_postgres() -> Iterator[tuple[str, str]]:
         )
 
 
+def first_connection(url: str) -> float:
+    """When ``url``'s server first accepts a connection (it is starting up)."""
+    import psycopg
+
+    while True:
+        try:
+            with psycopg.connect(url, connect_timeout=2):
+                return time.time()
+        except psycopg.OperationalError:
+            time.sleep(0.01)  # the probe's pace while the server is still starting
+
+
 @pytest.fixture
 def tests_folder(request: pytest.FixtureRequest) -> Path:
     return Path(str(request.path)).parent
@@ -109,10 +121,16 @@ async def test_a_postgresql_restart_mid_run(
             ctl, "pg_ctlcluster", "--skip-systemctl-redirect", "15", name, "stop", "-m", "fast"
         )
         await asyncio.sleep(OUTAGE_SECONDS)  # the outage itself
-        await asyncio.to_thread(
-            ctl, "pg_ctlcluster", "--skip-systemctl-redirect", "15", name, "start"
+        starting = asyncio.ensure_future(
+            asyncio.to_thread(
+                ctl, "pg_ctlcluster", "--skip-systemctl-redirect", "15", name, "start"
+            )
         )
-        return time.time()
+        # The server is back when it takes a connection, which on a loaded machine is
+        # seconds before pg_ctlcluster returns: measure from then, not from the tool.
+        back = await asyncio.to_thread(first_connection, url)
+        await starting
+        return back
 
     tally = await chaos_with_outage(url, receiver, tests_folder, column, restart)
     assert_rode_it_out(tally, logged=False)
@@ -129,8 +147,10 @@ async def test_the_sqlite_file_locked_by_another_process_mid_run(
         holder = sqlite3.connect(path, isolation_level=None)
         try:
             holder.execute("BEGIN EXCLUSIVE")
-            # Longer than the workers' busy timeout: their writes fail, not just wait.
-            time.sleep(SQLITE_BUSY_SECONDS + 1.5)
+            # Twice the workers' busy timeout: every write they begin in the first half
+            # fails, not just waits (with a small margin a loaded machine's drives could
+            # all begin their writes late and slip through: nothing to ride out).
+            time.sleep(2 * SQLITE_BUSY_SECONDS)  # the outage itself
             holder.execute("ROLLBACK")
             return time.time()
         finally:

@@ -8,15 +8,16 @@ fixtures ``perdure_url`` (one real store per parameter, chosen by
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Collection, Sequence
 
 from perdure.backend import Backend
 from perdure.records import Event, EventKind, RunInfo, RunStatus
+from perdure.testing.patience import Patience
 from perdure.testing.processes import Process, Processes
 from perdure.testing.receivers import Receiver, post
 
 __all__ = [
+    "Patience",
     "Process",
     "Processes",
     "Receiver",
@@ -37,22 +38,30 @@ async def wait_for_step(
     backend: Backend, run_id: str, match: Callable[[str], bool], *, timeout: float = 60.0
 ) -> str:
     """Poll the run's history until a completed step whose key satisfies ``match`` is
-    recorded (another process is driving it); return that key."""
-    deadline = time.monotonic() + timeout
+    recorded (another process is driving it); return that key. Times out only after
+    ``timeout`` seconds in which the history did not grow (``Patience``)."""
+    patience = Patience(timeout)
     while True:
-        for key in completed_steps(await backend.history(run_id)):
+        history = await _history(backend, run_id)
+        for key in completed_steps(history):
             if match(key):
                 return key
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no matching step recorded in run {run_id!r} after {timeout}s")
+        patience.observe(len(history))
+        if patience.expired():
+            raise TimeoutError(
+                f"no matching step recorded in run {run_id!r}: its history stayed at "
+                f"{len(history)} event(s) for {timeout}s ({patience.waited():.0f}s in all)"
+            )
         await asyncio.sleep(0.02)
 
 
 async def wait_for_status(
     backend: Backend, run_id: str, statuses: Collection[RunStatus], *, timeout: float = 60.0
 ) -> RunInfo:
-    """Poll the backend until the run reaches one of ``statuses`` (it may not exist yet)."""
-    deadline = time.monotonic() + timeout
+    """Poll the backend until the run reaches one of ``statuses`` (it may not exist yet).
+    Times out only after ``timeout`` seconds in which the run did not change: neither
+    its status nor its history (``Patience``)."""
+    patience = Patience(timeout)
     last: RunInfo | None = None
     while True:
         try:
@@ -61,11 +70,13 @@ async def wait_for_status(
             last = None
         if last is not None and last.status in statuses:
             return last
-        if time.monotonic() > deadline:
+        length = len(await _history(backend, run_id)) if last is not None else -1
+        patience.observe((None if last is None else last.status, length))
+        if patience.expired():
             state = "absent" if last is None else last.status.value
             raise TimeoutError(
                 f"run {run_id!r} is {state}, not {'/'.join(s.value for s in statuses)}, "
-                f"after {timeout}s"
+                f"and did not change for {timeout}s ({patience.waited():.0f}s in all)"
             )
         await asyncio.sleep(0.02)
 
@@ -74,8 +85,9 @@ async def wait_for_request(
     backend: Backend, run_id: str, *, after: str | None = None, timeout: float = 60.0
 ) -> str:
     """Poll until the run waits on an approval request (other than ``after``, the one
-    just answered); return its id (``RunInfo.request_id``)."""
-    deadline = time.monotonic() + timeout
+    just answered); return its id (``RunInfo.request_id``). Times out only after
+    ``timeout`` seconds in which the run did not change (``Patience``)."""
+    patience = Patience(timeout)
     while True:
         try:
             info: RunInfo | None = await backend.get_run(run_id)
@@ -83,9 +95,19 @@ async def wait_for_request(
             info = None
         if info is not None and info.request_id is not None and info.request_id != after:
             return info.request_id
-        if time.monotonic() > deadline:
+        length = len(await _history(backend, run_id)) if info is not None else -1
+        patience.observe((None if info is None else info.status, length))
+        if patience.expired():
             shown = "absent" if info is None else f"{info.status.value} ({info.request_id})"
             raise TimeoutError(
-                f"run {run_id!r} is {shown}: no new approval request after {timeout}s"
+                f"run {run_id!r} is {shown}: no new approval request, and the run did not "
+                f"change for {timeout}s ({patience.waited():.0f}s in all)"
             )
         await asyncio.sleep(0.02)
+
+
+async def _history(backend: Backend, run_id: str) -> Sequence[Event]:
+    try:
+        return await backend.history(run_id)
+    except LookupError:
+        return []

@@ -32,6 +32,7 @@ from typing import Any
 import perdure
 from perdure.backend import Backend
 from perdure.records import RunInfo, RunStatus
+from perdure.testing.patience import Patience
 from perdure.testing.processes import Process, Processes
 from perdure.testing.receivers import Receiver, post
 
@@ -102,6 +103,8 @@ class Tally:
     failed: int = 0
     stuck: int = 0
     needs_attention: int = 0
+    #: Runs the scenario never got to start: it gave up first (a harness failure).
+    not_started: int = 0
     wall: float = 0.0
     #: Seconds from the substrate's return to the first step that ran after it.
     resumed_after: float | None = None
@@ -118,6 +121,7 @@ class Tally:
             or self.non_idempotent_duplicates
             or self.failed
             or self.stuck
+            or self.not_started
             or self.problems
         )
 
@@ -155,6 +159,10 @@ class Chaos:
         self.every_worker: list[Process] = []
         self.every_starter: list[Process] = []
         self.starters: dict[str, Process] = {}
+        #: Runs the backend has shown to exist at least once.
+        self.seen: set[str] = set()
+        #: The run each starter process (by pid) was started for.
+        self.run_of: dict[int, str] = {}
 
     def _worker(self) -> None:
         worker = self.processes.worker(MODULE)
@@ -163,6 +171,7 @@ class Chaos:
 
     def _starter(self, run_id: str) -> None:
         starter = self.processes.drive(MODULE, WORKFLOW, run_id, run_id=run_id)
+        self.run_of[starter.pid] = run_id
         self.starters[run_id] = starter
         self.every_starter.append(starter)
 
@@ -189,8 +198,16 @@ class Chaos:
         kills: int,
         scenario: str = "kills",
         outage: Outage | None = None,
-        timeout: float = 240.0,
+        stall: float = 180.0,
     ) -> Tally:
+        """Start ``runs``, SIGKILL ``kills`` driving processes along the way, and tally.
+
+        It gives up only after ``stall`` seconds in which nothing moved (no request at
+        the receivers, no run changing status), never at a fixed deadline: a loaded
+        machine makes a soak slow, not wrong. A run still unfinished then is ``stuck``
+        (it stopped moving for that long); one never started is ``not_started`` (the
+        scenario gave up first); ``lost`` means a run whose start was acknowledged (a
+        starter exited 0, or it was seen) is unknown to the backend."""
         tally = Tally(self.column, scenario, runs)
         began = time.monotonic()
         prefix = f"chaos-{self.rng.randrange(16**6):06x}"
@@ -199,8 +216,11 @@ class Chaos:
         points = sorted(
             self.rng.sample(range(1, expected_requests), min(kills, expected_requests - 1))
         )
+        # Early in the runs (before the durable sleep and far from the signal wait), so
+        # the runs are mid-step when the substrate returns and ``resumed_after`` times
+        # the backend's return, not a signal's sender starting up on a loaded machine.
         outage_at = (
-            self.rng.randrange(expected_requests // 4, expected_requests // 2) if outage else None
+            self.rng.randrange(expected_requests // 8, expected_requests // 4) if outage else None
         )
         for _ in range(self.workers_wanted):
             self._worker()
@@ -209,9 +229,10 @@ class Chaos:
         signals: dict[str, Process] = {}
         reconciled: set[tuple[str, str]] = set()
         back_at: float | None = None
-        deadline = time.monotonic() + timeout
+        patience = Patience(stall)
         while True:
             infos = await self._infos(started)
+            self.seen.update(infos)
             in_flight = [r for r in started if not _finished(infos.get(r))]
             while waiting and len(in_flight) < WAVE:
                 run_id = waiting.pop(0)
@@ -219,10 +240,9 @@ class Chaos:
                 started.append(run_id)
                 in_flight.append(run_id)
             arrived = len(self.receiver.arrivals)
-            if points and arrived >= points[0]:
-                points.pop(0)
-                if self._kill_one():
-                    tally.kills += 1
+            if points and arrived >= points[0] and self._kill_one():
+                points.pop(0)  # no one alive to kill: at the next look, not dropped
+                tally.kills += 1
             if outage_at is not None and arrived >= outage_at:
                 outage_at = None
                 assert outage is not None
@@ -249,7 +269,14 @@ class Chaos:
                     await self._reconcile(info, reconciled, tally)
             if not waiting and all(_finished(infos.get(r)) for r in started):
                 break
-            if time.monotonic() > deadline:
+            statuses = tuple(None if i is None else i.status for i in map(infos.get, started))
+            patience.observe((len(self.receiver.arrivals), len(started), statuses))
+            if patience.expired():
+                tally.not_started = len(waiting)
+                if waiting:
+                    tally.problems.append(
+                        f"{len(waiting)} run(s) never started: nothing moved for {stall}s"
+                    )
                 break
             await asyncio.sleep(0.05)  # the monitor's polling period, not a synchronisation
         tally.wall = round(time.monotonic() - began, 2)
@@ -316,7 +343,16 @@ class Chaos:
             try:
                 info = await self.backend.get_run(run_id)
             except LookupError:
-                tally.lost += 1
+                if run_id in self.seen or any(
+                    p.popen.returncode == 0
+                    for p in self.every_starter
+                    if self.run_of[p.pid] == run_id
+                ):
+                    tally.lost += 1  # its start was acknowledged: the backend lost it
+                    tally.problems.append(f"{run_id} was started and is unknown now")
+                elif run_id in self.starters:
+                    tally.stuck += 1  # its starters never got it created
+                    tally.problems.append(f"{run_id}: no starter could create it")
                 continue
             if info.status is RunStatus.FAILED:
                 tally.failed += 1
@@ -343,6 +379,7 @@ COLUMNS = (
     ("failed", "failed"),
     ("stuck", "stuck"),
     ("needs_attention", "needs-attention"),
+    ("not_started", "not started"),
     ("wall", "wall s"),
     ("resumed_after", "resumed after s"),
 )
