@@ -45,14 +45,10 @@ def start_gateway(processes: Processes, receiver: Receiver, *extra: str) -> Gate
 
 
 def first_line(proc: Process, expected: str) -> str:
-    """The first line ``proc`` prints, which says it is ready; it blocks until then (or
-    until the process exits, which fails with its output)."""
-    assert proc.popen.stdout is not None and proc.popen.stderr is not None
-    line = proc.popen.stdout.readline()
-    if expected not in line:
-        proc.kill()
-        raise RuntimeError(f"{proc.argv}: not ready: {line!r}\n{proc.popen.stderr.read()}")
-    return line
+    """The line ``proc`` prints to say it is ready (it prints it once listening); waits
+    for it, or fails with the output if the process exits without printing it."""
+    proc.wait_output(expected)
+    return next(line for line in proc.output().splitlines() if expected in line)
 
 
 def wait_for_waiters(gateway: Gateway, key: str, count: int, timeout: float = 60.0) -> None:
