@@ -226,14 +226,40 @@ def langgraph_suite(session: nox.Session) -> None:
         }
         with_deps = [arg for dep in LANGGRAPH_SUITE_DEPS for arg in ("--with", dep)]
         args = session.posargs or ["-n", "2", "-q", "-p", "no:cacheprovider"]
-        session.chdir(src)
-        session.run(
+        pytest = [
             "uv", "run", "--project", str(ROOT), "--all-packages", "--all-extras", "--group",
-            "dev", *with_deps, "python", "-m", "pytest", "-p", "perdure_suite", *args, *tests,
-            env=env, external=True, success_codes=[0, 1],
-        )  # fmt: skip
+            "dev", *with_deps, "python", "-m", "pytest", "-p", "perdure_suite",
+        ]  # fmt: skip
+        session.chdir(src)
+        session.run(*pytest, *args, *tests, env=env, external=True, success_codes=[0, 1])
+        # A test ours fails and SqliteSaver passes is run again alone (no xdist, nothing
+        # else of the suite beside it), up to LANGGRAPH_SUITE_RERUNS times: LangGraph's
+        # suite has assertions on timings and on orders within 10 ms windows, which a
+        # loaded machine loses. The counts show both passes; a test that fails alone too
+        # stays a failure.
+        rerun = Path(tmp) / "rerun.jsonl"
+        for _ in range(LANGGRAPH_SUITE_RERUNS):
+            failing = subprocess.run(
+                [*UV_RUN, "python", str(suite_dir / "paired_counts.py"), str(report),
+                 "--rerun", str(rerun), "--list-failing"],
+                env={**os.environ, **env}, cwd=ROOT, check=True, capture_output=True, text=True,
+            ).stdout.split()  # fmt: skip
+            if not failing:
+                break
+            session.run(
+                *pytest, "-p", "no:xdist", "-q", "-p", "no:cacheprovider", *failing,
+                env={**env, "PERDURE_SUITE_REPORT": str(rerun)}, external=True,
+                success_codes=[0, 1],
+            )  # fmt: skip
         session.chdir(ROOT)
-        _run(session, "python", str(suite_dir / "paired_counts.py"), str(report), env=env)
+        _run(
+            session, "python", str(suite_dir / "paired_counts.py"), str(report),
+            "--rerun", str(rerun), env=env,
+        )  # fmt: skip
+
+
+#: How many times a test that fails only on ours is run again alone.
+LANGGRAPH_SUITE_RERUNS = 3
 
 
 #: The oldest LangGraph perdure-langgraph supports (its pyproject's lower bound); the
