@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
 import sys
 import types
@@ -179,13 +178,16 @@ def test_approve_records_who_decided_in_show_and_export(url: str, tmp_path: Path
     assert [json.loads(line) for line in target.read_text().splitlines()] == lines
 
 
-def test_reject_defaults_by_to_the_os_user(url: str) -> None:
+def test_reject_needs_an_identity_and_takes_perdure_actor(url: str) -> None:
     start(url, cli_workflows.greet, "cy", run_id="greet-3")
-    result = cli("reject", "greet-3", "--url", url)
+    result = cli("reject", "greet-3", "--url", url, env={"PERDURE_ACTOR": ""})
+    assert result.exit_code == 7, result.output  # never the OS user, never nobody
+    assert "an identity is required to reject" in result.stderr
+    result = cli("reject", "greet-3", "--url", url, env={"PERDURE_ACTOR": "cy-ops"})
     assert result.exit_code == 0, result.output
     assert drive(url, "greet-3").status is RunStatus.SUCCEEDED
     (signal,) = [e for e in export(url, "greet-3") if e.get("kind") == "signal_received"]
-    assert signal["data"]["sent_by"] == getpass.getuser()
+    assert signal["data"]["sent_by"] == "cy-ops"
     assert signal["data"]["payload"] == {"approved": False, "message": None}
 
 
@@ -259,7 +261,7 @@ def test_reconcile_a_parked_effect(url: str) -> None:
     )
     assert result.exit_code == 2
     assert "--result is not valid JSON" in result.stderr
-    result = cli("reconcile", "pay-1", "--url", url, "--step", "9:other", "--retry")
+    result = cli("reconcile", "pay-1", "--url", url, "--step", "9:other", "--retry", "--by", "x")
     assert result.exit_code == 5
 
     result = cli(
@@ -285,7 +287,9 @@ def test_reconcile_a_parked_effect(url: str) -> None:
 
 def test_reconcile_a_run_that_is_not_parked_exits_5(url: str) -> None:
     start(url, cli_workflows.greet, "gus", run_id="greet-7")
-    result = cli("reconcile", "greet-7", "--url", url, "--step", "1:compose", "--retry")
+    result = cli(
+        "reconcile", "greet-7", "--url", url, "--step", "1:compose", "--retry", "--by", "ops"
+    )
     assert result.exit_code == 5
     assert result.stderr.startswith("error: run 'greet-7' has no unknown outcome")
 

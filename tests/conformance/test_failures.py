@@ -79,7 +79,7 @@ async def test_a_5mb_step_result_survives_a_process_exit(
     size = 5 * 1024 * 1024
     first = processes.drive("scenarios", "large", size, run_id="r-large")
     assert first.wait() == 0, first.output()
-    signalled = processes.cli("signal", "r-large", "go")
+    signalled = processes.cli("signal", "r-large", "go", "--by", "ops")
     assert signalled.returncode == 0, signalled.stderr
     processes.worker("scenarios")
     info = await wait_for_status(perdure_backend, "r-large", ENDED)

@@ -94,7 +94,7 @@ async def test_replay_against_changed_code_stops_with_a_determinism_error_naming
 ) -> None:
     first = processes.drive("scenarios", "approval", "9", run_id="r-changed")
     assert first.wait() == 0, first.output()
-    approved = processes.cli("approve", "r-changed")
+    approved = processes.cli("approve", "r-changed", "--by", "ops")
     assert approved.returncode == 0, approved.stderr
 
     # Before the deploy, `perdure replay` checks the history against each version of

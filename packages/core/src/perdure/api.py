@@ -9,11 +9,13 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, ParamSpec, TypeVar
 
+from perdure import operator
+from perdure.authorization import Authorizer
 from perdure.backend import Backend, ReconcileOutcome, RunHandle
 from perdure.config import resolve_url
 from perdure.records import Event, RunInfo, RunStatus
 from perdure.registry import open_backend
-from perdure.semantics.approvals import APPROVAL, channel
+from perdure.semantics.approvals import APPROVAL
 from perdure.workflow import Workflow
 
 __all__ = [
@@ -151,10 +153,19 @@ async def history(run_id: str, *, url: str | None = None) -> list[Event]:
 
 
 async def signal(
-    run_id: str, name: str, payload: Any = None, *, by: str | None = None, url: str | None = None
+    run_id: str,
+    name: str,
+    payload: Any = None,
+    *,
+    by: str | None = None,
+    token: str | None = None,
+    authorizer: Authorizer | str | None = None,
+    url: str | None = None,
 ) -> None:
-    """Deliver the signal ``name`` to a run, from any process."""
-    await (await connect(url)).signal(run_id, name, payload, by=by)
+    """Deliver the signal ``name`` to a run, from any process, as ``by`` (or the
+    ``token``'s subject) once the authorizer allows it (``perdure.authorization``)."""
+    backend = await connect(url)
+    await operator.send(backend, run_id, name, payload, by=by, token=token, authorizer=authorizer)
 
 
 async def approve(
@@ -162,14 +173,29 @@ async def approve(
     request: str | None = None,
     *,
     by: str | None = None,
+    token: str | None = None,
     message: str | None = None,
+    authorizer: Authorizer | str | None = None,
     url: str | None = None,
-) -> None:
+) -> str:
     """Approve approval request ``request`` of the run (a ``wait_for_signal("approval")``;
-    ``RunInfo.request_id`` names the pending one). ``ApprovalNotPendingError`` when it is
-    not pending: answered already, timed out, or the run moved on. Without ``request``,
-    the request pending at that instant is approved; name it to approve what you saw."""
-    await _answer(run_id, request, {"approved": True, "message": message}, by, url)
+    ``RunInfo.request_id`` names the pending one); returns the request answered.
+    ``ApprovalNotPendingError`` when it is not pending: answered already, timed out, or
+    the run moved on. Without ``request``, the request pending now is approved; name it
+    to approve what you saw. The caller is ``by`` (or ``PERDURE_ACTOR``), or the subject
+    of a signed ``token``, as the authorizer in force decides."""
+    backend = await connect(url)
+    request, _ = await operator.answer(
+        backend,
+        run_id,
+        True,
+        request=request,
+        message=message,
+        by=by,
+        token=token,
+        authorizer=authorizer,
+    )
+    return request
 
 
 async def reject(
@@ -177,26 +203,48 @@ async def reject(
     request: str | None = None,
     *,
     by: str | None = None,
+    token: str | None = None,
     message: str | None = None,
+    authorizer: Authorizer | str | None = None,
     url: str | None = None,
-) -> None:
+) -> str:
     """Reject approval request ``request`` of the run (as ``approve``)."""
-    await _answer(run_id, request, {"approved": False, "message": message}, by, url)
+    backend = await connect(url)
+    request, _ = await operator.answer(
+        backend,
+        run_id,
+        False,
+        request=request,
+        message=message,
+        by=by,
+        token=token,
+        authorizer=authorizer,
+    )
+    return request
 
 
-async def _answer(
-    run_id: str, request: str | None, payload: Any, by: str | None, url: str | None
-) -> None:
-    name = APPROVAL if request is None else channel(request)
-    await (await connect(url)).signal(run_id, name, payload, by=by)
+async def cancel(
+    run_id: str,
+    *,
+    by: str | None = None,
+    token: str | None = None,
+    authorizer: Authorizer | str | None = None,
+    url: str | None = None,
+) -> RunInfo:
+    backend = await connect(url)
+    return await operator.cancel(backend, run_id, by=by, token=token, authorizer=authorizer)
 
 
-async def cancel(run_id: str, *, url: str | None = None) -> RunInfo:
-    return await (await connect(url)).cancel(run_id)
-
-
-async def resume(run_id: str, *, url: str | None = None) -> RunInfo:
-    return await (await connect(url)).resume(run_id)
+async def resume(
+    run_id: str,
+    *,
+    by: str | None = None,
+    token: str | None = None,
+    authorizer: Authorizer | str | None = None,
+    url: str | None = None,
+) -> RunInfo:
+    backend = await connect(url)
+    return await operator.resume(backend, run_id, by=by, token=token, authorizer=authorizer)
 
 
 async def reconcile(
@@ -207,8 +255,19 @@ async def reconcile(
     result: Any = None,
     message: str | None = None,
     by: str | None = None,
+    token: str | None = None,
+    authorizer: Authorizer | str | None = None,
     url: str | None = None,
 ) -> RunInfo:
-    return await (await connect(url)).reconcile(
-        run_id, step_key, outcome, result=result, message=message, by=by
+    backend = await connect(url)
+    return await operator.reconcile(
+        backend,
+        run_id,
+        step_key,
+        outcome,
+        result=result,
+        message=message,
+        by=by,
+        token=token,
+        authorizer=authorizer,
     )

@@ -141,9 +141,17 @@ class Backend(ABC):
 
     @abstractmethod
     async def signal(
-        self, run_id: str, name: str, payload: Any = None, *, by: str | None = None
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        by: str | None = None,
+        authorization: dict[str, Any] | None = None,
     ) -> None:
-        """Deliver a signal; a run waiting for it resumes."""
+        """Deliver a signal; a run waiting for it resumes. An answer to an approval
+        request (``perdure.semantics.approvals``) is taken only while it is pending.
+        ``authorization`` (``Decision.record()``) is recorded with the signal."""
 
     @abstractmethod
     async def cancel(self, run_id: str) -> RunInfo:
@@ -163,9 +171,11 @@ class Backend(ABC):
         result: Any = None,
         message: str | None = None,
         by: str | None = None,
+        authorization: dict[str, Any] | None = None,
     ) -> RunInfo:
         """Resolve a parked effect: it ``succeeded`` (with ``result``), ``failed``, or
-        should be tried again (``retry``). The run becomes due."""
+        should be tried again (``retry``). The run becomes due. ``authorization`` is
+        recorded in the ``reconciled`` event."""
 
     async def delete_finished(self, run_ids: Sequence[str]) -> list[str]:
         """Delete those of ``run_ids`` that are finished, with everything the backend

@@ -147,3 +147,5 @@ class SignalRecord:
     payload: Any
     sent_by: str | None
     sent_at: float
+    #: The authorizer's decision on the sender (``perdure.authorization.Decision``).
+    authorization: dict[str, Any] | None = None

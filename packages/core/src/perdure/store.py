@@ -164,9 +164,19 @@ class Store(ABC):
 
     @abstractmethod
     async def deliver_signal(
-        self, run_id: str, name: str, payload: Any, sent_by: str | None, *, now: float
+        self,
+        run_id: str,
+        name: str,
+        payload: Any,
+        sent_by: str | None,
+        *,
+        now: float,
+        authorization: dict[str, Any] | None = None,
     ) -> SignalRecord:
-        """Put a signal in the run's inbox; a run suspended on ``name`` becomes due."""
+        """Put a signal in the run's inbox; a run suspended on ``name`` becomes due.
+        An approval answer (``perdure.semantics.approvals``) is checked against the
+        pending request and clears it, in the same transaction. ``authorization`` is
+        the sender's recorded decision."""
 
     @abstractmethod
     async def next_signal(self, run_id: str, name: str) -> SignalRecord | None:

@@ -372,11 +372,19 @@ class DbosBackend(Backend):
         return RunHandle(self, run_id)
 
     async def signal(
-        self, run_id: str, name: str, payload: Any = None, *, by: str | None = None
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        by: str | None = None,
+        authorization: dict[str, Any] | None = None,
     ) -> None:
         data = to_jsonable(payload, f"payload of signal {name!r} to run {run_id!r}")
         await self._status(run_id)
-        message = {"payload": data, "sent_by": by, "sent_at": time.time()}
+        message: dict[str, Any] = {"payload": data, "sent_by": by, "sent_at": time.time()}
+        if authorization is not None:
+            message["authorization"] = authorization
         if approvals.is_approval(name):
             # An answer to an approval request: only while the run waits on it, and the
             # one conditional update of its mark lets exactly one answer through.
@@ -437,6 +445,7 @@ class DbosBackend(Backend):
         result: Any = None,
         message: str | None = None,
         by: str | None = None,
+        authorization: dict[str, Any] | None = None,
     ) -> RunInfo:
         info = await self.get_run(run_id)
         parked = (info.attention or {}).get("step_key")
@@ -446,6 +455,8 @@ class DbosBackend(Backend):
                 f"(status {info.status.value}, parked step {parked!r})"
             )
         decision: dict[str, Any] = {"outcome": outcome, "by": by, "message": message}
+        if authorization is not None:
+            decision["authorization"] = authorization
         if outcome == "succeeded":
             decision["result"] = to_jsonable(result, f"reconciled result of step {step_key!r}")
         await DBOS.send_async(run_id, decision, topic=f"{RECONCILE_TOPIC}{step_key}")
@@ -734,6 +745,8 @@ def _history(info: RunInfo, steps: list[Any]) -> list[Event]:
                 )
             else:
                 data = {k: msg.get(k) for k in ("payload", "sent_by", "sent_at")}
+                if msg.get("authorization") is not None:
+                    data["authorization"] = msg["authorization"]
                 sent_at = float(msg.get("sent_at") or 0)
                 data["waited"] = round(max(0.0, sent_at - float(env.get("_at") or sent_at)), 6)
                 if env.get("name") == approvals.APPROVAL:

@@ -540,7 +540,13 @@ class TemporalBackend(Backend):
         return InvalidRunStateError(f"run {run_id!r} has ended ({info.status.value})")
 
     async def signal(
-        self, run_id: str, name: str, payload: Any = None, *, by: str | None = None
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        by: str | None = None,
+        authorization: dict[str, Any] | None = None,
     ) -> None:
         """An acknowledged signal (an update of the run's workflow): once this returns,
         the run's record shows it due. ``temporal workflow signal`` works as well."""
@@ -553,6 +559,7 @@ class TemporalBackend(Backend):
             "payload_ref": ref,
             "sent_by": by,
             "sent_at": time.time(),
+            "authorization": authorization,
         }
         await self._update(run_id, "deliver", arg)
 
@@ -575,10 +582,13 @@ class TemporalBackend(Backend):
         result: Any = None,
         message: str | None = None,
         by: str | None = None,
+        authorization: dict[str, Any] | None = None,
     ) -> RunInfo:
         await self.open()
         guards.check_can_reconcile(await self.get_run(run_id), step_key)
-        verdict = events.reconciled(step_key, outcome, result=result, message=message, by=by)
+        verdict = events.reconciled(
+            step_key, outcome, result=result, message=message, by=by, authorization=authorization
+        )
         return await self._admin_append(run_id, [verdict], expect=guards.RECONCILABLE)
 
     async def _admin_append(

@@ -373,6 +373,7 @@ class PerdureRun:
             "payload_ref": meta.get("payload_ref"),
             "sent_by": meta.get("sent_by"),
             "sent_at": float(meta.get("sent_at") or workflow.now().timestamp()),
+            "authorization": meta.get("authorization"),
             "consumed": False,
         }
         self.signals.append(record)

@@ -72,7 +72,16 @@ By = Annotated[
     str | None,
     typer.Option(
         "--by",
-        help="Who acts (recorded in the history); default: your OS user name.",
+        help="Who acts (recorded in the history); default: $PERDURE_ACTOR. Required to "
+        "approve, reject, signal or reconcile (the token authorizer takes the token's).",
+        show_default=False,
+    ),
+]
+Token = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        help="A signed operator token (authorizer = token); default: $PERDURE_TOKEN.",
         show_default=False,
     ),
 ]
@@ -230,9 +239,10 @@ def signal_cmd(
         ),
     ] = None,
     by: By = None,
+    token: Token = None,
 ) -> None:
     """Deliver a signal to a run (from any process; the run resumes with its payload)."""
-    execute(lambda: ops.send_signal(url, run_id, name, data, by))
+    execute(lambda: ops.send_signal(url, run_id, name, data, by, token))
 
 
 Request = Annotated[
@@ -253,9 +263,10 @@ def approve_cmd(
     by: By = None,
     message: Message = None,
     request: Request = None,
+    token: Token = None,
 ) -> None:
     """Approve the run's pending approval request (a wait for 'approval')."""
-    execute(lambda: ops.decide(url, run_id, True, by, message, request))
+    execute(lambda: ops.decide(url, run_id, True, by, message, request, token))
 
 
 @app.command("reject")
@@ -265,21 +276,22 @@ def reject_cmd(
     by: By = None,
     message: Message = None,
     request: Request = None,
+    token: Token = None,
 ) -> None:
     """Reject the run's pending approval request (a wait for 'approval')."""
-    execute(lambda: ops.decide(url, run_id, False, by, message, request))
+    execute(lambda: ops.decide(url, run_id, False, by, message, request, token))
 
 
 @app.command("resume")
-def resume_cmd(run_id: RunId, url: Url = None) -> None:
+def resume_cmd(run_id: RunId, url: Url = None, by: By = None, token: Token = None) -> None:
     """Make a suspended or parked run due now (after a fix or a deploy)."""
-    execute(lambda: ops.resume(url, run_id))
+    execute(lambda: ops.resume(url, run_id, by, token))
 
 
 @app.command("cancel")
-def cancel_cmd(run_id: RunId, url: Url = None) -> None:
+def cancel_cmd(run_id: RunId, url: Url = None, by: By = None, token: Token = None) -> None:
     """Cancel a run; completed steps with compensations are compensated."""
-    execute(lambda: ops.cancel(url, run_id))
+    execute(lambda: ops.cancel(url, run_id, by, token))
 
 
 @app.command("reconcile")
@@ -307,12 +319,13 @@ def reconcile_cmd(
     ] = None,
     message: Message = None,
     by: By = None,
+    token: Token = None,
 ) -> None:
     """Resolve an effect whose outcome is unknown (a run in needs-attention)."""
     execute(
         lambda: ops.reconcile(
             url, run_id, step, ops.reconcile_outcome(succeeded, failed, retry, result),
-            result, message, by,
+            result, message, by, token,
         )
     )  # fmt: skip
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ import typer
 from rich.console import Console
 
 from perdure import durations
+from perdure.authorization import AuthenticationError, AuthorizationError
 from perdure.backend import Backend
 from perdure.config import resolve_url
 from perdure.errors import (
@@ -40,6 +40,7 @@ EXIT_NOT_FOUND = 3
 EXIT_UNAVAILABLE = 4
 EXIT_INVALID_STATE = 5
 EXIT_CONFIG = 6
+EXIT_DENIED = 7
 EXIT_INTERRUPTED = 130
 
 #: Most specific first: an error that is two of these gets the first code.
@@ -49,6 +50,8 @@ _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (InvalidRunStateError, EXIT_INVALID_STATE),
     (ConfigurationError, EXIT_CONFIG),
     (InvalidInputError, EXIT_USAGE),
+    (AuthenticationError, EXIT_DENIED),
+    (AuthorizationError, EXIT_DENIED),
 )
 
 
@@ -172,14 +175,6 @@ async def connected(url: str | None) -> AsyncGenerator[Backend, None]:
         yield backend
     finally:
         await backend.close()
-
-
-def default_user() -> str | None:
-    """Who is acting: the OS user name (``--by`` overrides)."""
-    try:
-        return getpass.getuser()
-    except Exception:
-        return None
 
 
 def parse_json(option: str, text: str | None) -> Any:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from perdure.backend import Backend, ReconcileOutcome
-from perdure.cli.common import UsageProblem, connected, default_user, out, parse_json
+from perdure import operator
+from perdure.backend import ReconcileOutcome
+from perdure.cli.common import UsageProblem, connected, out, parse_json
 from perdure.cli.render import run_summary
-from perdure.errors import ApprovalNotPendingError
-from perdure.records import RunInfo, RunStatus
-from perdure.semantics.approvals import channel
+from perdure.records import Event, EventKind, RunInfo, RunStatus
+from perdure.semantics.approvals import APPROVAL
 
 
 def _say(text: str) -> None:
@@ -29,9 +29,7 @@ def _next(info: RunInfo) -> str:
     return f"run {info.run_id} is {info.status.value}" + (f": {summary}" if summary else "")
 
 
-async def _signal(backend: Backend, run_id: str, name: str, payload: Any, by: str | None) -> str:
-    await backend.signal(run_id, name, payload, by=by)
-    info = await backend.get_run(run_id)
+def _hint(info: RunInfo, name: str) -> str:
     if info.status is RunStatus.SUSPENDED and (
         info.waiting_for == name or (info.waiting_for is None and info.wake_at is not None)
     ):
@@ -42,13 +40,18 @@ async def _signal(backend: Backend, run_id: str, name: str, payload: Any, by: st
 
 
 async def send_signal(
-    url: str | None, run_id: str, name: str, data: str | None, by: str | None
+    url: str | None,
+    run_id: str,
+    name: str,
+    data: str | None,
+    by: str | None,
+    token: str | None = None,
 ) -> None:
     payload = parse_json("--data", data)
-    by = by or default_user()
     async with connected(url) as backend:
-        hint = await _signal(backend, run_id, name, payload, by)
-    _say(f"sent signal {name!r} to run {run_id}" + (f" as {by}" if by else "") + f"; {hint}")
+        decision = await operator.send(backend, run_id, name, payload, by=by, token=token)
+        hint = _hint(await backend.get_run(run_id), name)
+    _say(f"sent signal {name!r} to run {run_id} as {decision.actor}; {hint}")
 
 
 async def decide(
@@ -58,34 +61,42 @@ async def decide(
     by: str | None,
     message: str | None,
     request: str | None = None,
+    token: str | None = None,
 ) -> None:
     """Answer approval request ``request`` of the run, by default the one pending (read
     and shown first; the answer names it, so it never lands on a later request)."""
-    by = by or default_user()
-    payload = {"approved": approved, "message": message}
     async with connected(url) as backend:
-        if request is None:
-            info = await backend.get_run(run_id)
-            if info.request_id is None:
-                raise ApprovalNotPendingError(
-                    run_id, None, f"the run is {info.status.value}: {_next(info)}"
-                )
-            request = info.request_id
+        info = await backend.get_run(run_id)
+        if request is None and info.request_id is not None:
             _say(f"run {run_id} {run_summary(info, info.attention)}")
-        hint = await _signal(backend, run_id, channel(request), payload, by)
+        request, decision = await operator.answer(
+            backend,
+            run_id,
+            approved,
+            request=request,
+            message=message,
+            by=by,
+            token=token,
+            info=info,
+        )
+        hint = _hint(await backend.get_run(run_id), APPROVAL)
     verb = "approved" if approved else "rejected"
-    _say(f"{verb} request {request} of run {run_id}" + (f" as {by}" if by else "") + f"; {hint}")
+    _say(f"{verb} request {request} of run {run_id} as {decision.actor}; {hint}")
 
 
-async def resume(url: str | None, run_id: str) -> None:
+async def resume(
+    url: str | None, run_id: str, by: str | None = None, token: str | None = None
+) -> None:
     async with connected(url) as backend:
-        info = await backend.resume(run_id)
+        info = await operator.resume(backend, run_id, by=by, token=token)
     _say(f"resumed: {_next(info)}")
 
 
-async def cancel(url: str | None, run_id: str) -> None:
+async def cancel(
+    url: str | None, run_id: str, by: str | None = None, token: str | None = None
+) -> None:
     async with connected(url) as backend:
-        info = await backend.cancel(run_id)
+        info = await operator.cancel(backend, run_id, by=by, token=token)
     if info.status.terminal:
         _say(f"cancelled: {_next(info)}")
     else:
@@ -126,13 +137,25 @@ async def reconcile(
     result: str | None,
     message: str | None,
     by: str | None,
+    token: str | None = None,
 ) -> None:
     value = parse_json("--result", result)
-    by = by or default_user()
     async with connected(url) as backend:
-        info = await backend.reconcile(run_id, step, outcome, result=value, message=message, by=by)
+        info = await operator.reconcile(
+            backend, run_id, step, outcome, result=value, message=message, by=by, token=token
+        )
+        actor = _reconciled_by(await backend.history(run_id), step)
     _say(
         f"reconciled step {step} of run {run_id} as {outcome}"
-        + (f" (by {by})" if by else "")
+        + (f" (by {actor})" if actor else "")
         + f"; {_next(info)}"
     )
+
+
+def _reconciled_by(history: list[Event], step: str) -> str | None:
+    for event in reversed(history):
+        if event.kind is EventKind.RECONCILED and event.step_key == step:
+            data: dict[str, Any] = event.data or {}
+            by = data.get("by")
+            return by if isinstance(by, str) else None
+    return None

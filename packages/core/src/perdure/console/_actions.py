@@ -1,5 +1,5 @@
-"""What an operator can do to a run from the console: the same ``Backend`` calls as the
-CLI, each one authorized first and recorded with the operator as ``by``."""
+"""What an operator can do to a run from the console: the same ``perdure.operator``
+calls as the CLI, each one authorized first and recorded with the operator as ``by``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from perdure.api import APPROVAL
+from perdure import operator as operations
 from perdure.backend import Backend, ReconcileOutcome
 from perdure.errors import PerdureError
 from perdure.records import RunInfo
@@ -80,22 +80,28 @@ def parse_action(name: str, run_id: str, form: dict[str, str]) -> Action:
 async def perform(
     backend: Backend, operator: str, action: Action, authorize: Authorize = any_operator
 ) -> str:
-    """Authorize, then do ``action`` as ``operator``; what happened, in one sentence."""
+    """Authorize, then do ``action`` as ``operator``; what happened, in one sentence.
+
+    ``authorize`` is the console's own check; every action then goes through
+    ``perdure.operator`` with the operator's login as the identity, so the core
+    ``Authorizer`` in force decides too and its decision is recorded in history."""
     run = await backend.get_run(action.run_id)
     await authorize(operator, action, run)
     if action.name in ("approve", "reject"):
         approved = action.name == "approve"
-        payload = {"approved": approved, "message": action.message}
-        await backend.signal(action.run_id, APPROVAL, payload, by=operator)
+        await operations.answer(
+            backend, action.run_id, approved, message=action.message, by=operator, info=run
+        )
         return f"{'approved' if approved else 'rejected'} as {operator}"
     if action.name == "cancel":
-        info = await backend.cancel(action.run_id)
+        info = await operations.cancel(backend, action.run_id, by=operator)
         return "cancelled" if info.status.terminal else "cancel requested"
     if action.name == "resume":
-        await backend.resume(action.run_id)
+        await operations.resume(backend, action.run_id, by=operator)
         return "resumed: the run is due and its worker picks it up"
     assert action.step_key is not None and action.outcome is not None
-    await backend.reconcile(
+    await operations.reconcile(
+        backend,
         action.run_id,
         action.step_key,
         action.outcome,

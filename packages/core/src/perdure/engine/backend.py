@@ -259,11 +259,19 @@ class EmbeddedBackend(Backend):
         return await self.store.load_history(run_id)
 
     async def signal(
-        self, run_id: str, name: str, payload: Any = None, *, by: str | None = None
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        by: str | None = None,
+        authorization: dict[str, Any] | None = None,
     ) -> None:
         await self.open()
         data = to_jsonable(payload, f"payload of signal {name!r} to run {run_id!r}")
-        await self.store.deliver_signal(run_id, name, data, by, now=time.time())
+        await self.store.deliver_signal(
+            run_id, name, data, by, now=time.time(), authorization=authorization
+        )
         await self._notify()
 
     async def cancel(self, run_id: str) -> RunInfo:
@@ -294,10 +302,13 @@ class EmbeddedBackend(Backend):
         result: Any = None,
         message: str | None = None,
         by: str | None = None,
+        authorization: dict[str, Any] | None = None,
     ) -> RunInfo:
         await self.open()
         guards.check_can_reconcile(await self.store.get_run(run_id), step_key)
-        verdict = events.reconciled(step_key, outcome, result=result, message=message, by=by)
+        verdict = events.reconciled(
+            step_key, outcome, result=result, message=message, by=by, authorization=authorization
+        )
         info = await self.store.admin_append(
             run_id,
             [verdict],

@@ -14,15 +14,18 @@ attempt_failed      step        ``{"attempt", "error", "retry_in"}``
 step_completed      step        ``{"result", "attempt", "kind", "duration"}``
 step_failed         step        ``{"attempts", "error", "kind"}``
 signal_received     signal      ``{"payload", "sent_by", "sent_at", "signal_id",
-                                "waited"[, "request_id"]}`` or ``{"timed_out": True,
-                                "timeout"}``; ``request_id`` for an approval
-                                (``perdure.semantics.approvals``)
+                                "waited"[, "request_id"][, "authorization"]}`` or
+                                ``{"timed_out": True, "timeout"}``; ``request_id``
+                                for an approval (``semantics.approvals``),
+                                ``authorization`` the sender's decision
+                                (``perdure.authorization``)
 timer_started       sleep       ``{"seconds", "wake_at"}``
 marker              patch       the marker's name in ``name``; no data
 suspended           wait        ``{"waiting_for", "wake_at", ...detail}``; an approval
                                 wait's detail holds ``request_id``
 needs_attention     step|None   the attention record (``perdure.semantics.attention``)
-reconciled          step|None   ``{"outcome", "by", "message"[, "result"|"error"]}``;
+reconciled          step|None   ``{"outcome", "by", "message"[, "result"|"error"]
+                                [, "authorization"]}``;
                                 ``{"outcome": "resume"}`` for ``resume``
 run_succeeded       None        ``{"result"}``
 run_failed          None        the error: ``{"type", "message"[, "step", "attempts",
@@ -159,6 +162,8 @@ def signal_received(
     }
     if request_id is not None:
         data["request_id"] = request_id
+    if signal.authorization is not None:
+        data["authorization"] = signal.authorization
     return NewEvent(EventKind.SIGNAL_RECEIVED, key, name, data)
 
 
@@ -201,10 +206,13 @@ def reconciled(
     result: Any = None,
     message: str | None = None,
     by: str | None = None,
+    authorization: dict[str, Any] | None = None,
 ) -> NewEvent:
     """An operator's verdict on a parked effect; ``succeeded``/``failed`` stand in the
     step's position on replay, ``retry`` calls it again with the same key."""
     data: dict[str, Any] = {"outcome": outcome, "by": by, "message": message}
+    if authorization is not None:
+        data["authorization"] = authorization
     if outcome == "succeeded":
         data["result"] = to_jsonable(result, f"reconciled result of step {step_key!r}")
     elif outcome == "failed":

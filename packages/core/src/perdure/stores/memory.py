@@ -209,7 +209,14 @@ class MemoryStore(Store):
             run.lease_until = None
 
     async def deliver_signal(
-        self, run_id: str, name: str, payload: Any, sent_by: str | None, *, now: float
+        self,
+        run_id: str,
+        name: str,
+        payload: Any,
+        sent_by: str | None,
+        *,
+        now: float,
+        authorization: dict[str, Any] | None = None,
     ) -> SignalRecord:
         run = self._run(run_id)
         answer = approvals.is_approval(name)
@@ -217,7 +224,15 @@ class MemoryStore(Store):
             name = approvals.answer_channel(run_id, run.status, run.waiting_for, name)
         else:
             guards.check_can_signal(run_id, run.status)
-        rec = SignalRecord(next(self._ids), run_id, name, copy.deepcopy(payload), sent_by, now)
+        rec = SignalRecord(
+            next(self._ids),
+            run_id,
+            name,
+            copy.deepcopy(payload),
+            sent_by,
+            now,
+            copy.deepcopy(authorization),
+        )
         self._signals.append((rec, False))
         if answer:
             run.waiting_for = None  # answered: a second answer finds nothing pending

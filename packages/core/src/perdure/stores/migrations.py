@@ -85,6 +85,8 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX signals_inbox ON signals (run_id, name, consumed)",
         ),
     ),
+    # The authorizer's decision on the signal (``perdure.authorization``), as JSON.
+    Migration(2, ("ALTER TABLE signals ADD COLUMN decision TEXT",)),
 )
 
 # ``{s}`` stands for the quoted schema and a dot; the store substitutes it.
@@ -138,6 +140,7 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX signals_inbox ON {s}signals (run_id, name, consumed)",
         ),
     ),
+    Migration(2, ("ALTER TABLE {s}signals ADD COLUMN decision text",)),
 )
 
 LATEST_VERSION = SQLITE_MIGRATIONS[-1].version
@@ -163,7 +166,7 @@ def run_columns(runs: str, events: str) -> str:
 
 
 EVENT_COLUMNS = "run_id, seq, kind, step_key, name, data, at"
-SIGNAL_COLUMNS = "id, run_id, name, payload, sent_by, sent_at"
+SIGNAL_COLUMNS = "id, run_id, name, payload, sent_by, sent_at, decision"
 
 
 def _sql_list(statuses: Iterable[RunStatus]) -> str:
@@ -317,4 +320,5 @@ def decode_signal(row: Sequence[Any]) -> SignalRecord:
         payload=_json(row[3], run_id, None, f"payload of signal #{row[0]}"),
         sent_by=row[4],
         sent_at=row[5],
+        authorization=_dict(row[6], run_id, f"decision of signal #{row[0]}"),
     )

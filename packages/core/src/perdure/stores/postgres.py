@@ -164,8 +164,9 @@ _TEMPLATES: dict[str, str] = {
         WHERE run_id = %(run_id)s AND fence = %(fence)s AND owner = %(owner)s""",
     "lock_run": """SELECT status, waiting_for FROM {s}runs WHERE run_id = %(run_id)s
         FOR UPDATE""",
-    "insert_signal": """INSERT INTO {s}signals (run_id, name, payload, sent_by, sent_at)
-        VALUES (%(run_id)s, %(name)s, %(payload)s, %(sent_by)s, %(now)s) RETURNING id""",
+    "insert_signal": """INSERT INTO {s}signals (run_id, name, payload, sent_by, sent_at,
+        decision) VALUES (%(run_id)s, %(name)s, %(payload)s, %(sent_by)s, %(now)s,
+        %(decision)s) RETURNING id""",
     "wake": "UPDATE {s}runs SET wake_at = %(now)s WHERE run_id = %(run_id)s",
     "answer": """UPDATE {s}runs SET wake_at = %(now)s, waiting_for = NULL, attention = NULL
         WHERE run_id = %(run_id)s""",
@@ -595,7 +596,14 @@ class PostgresStore(Store):
     # ------------------------------------------------------------ signals and operators
 
     async def deliver_signal(
-        self, run_id: str, name: str, payload: Any, sent_by: str | None, *, now: float
+        self,
+        run_id: str,
+        name: str,
+        payload: Any,
+        sent_by: str | None,
+        *,
+        now: float,
+        authorization: dict[str, Any] | None = None,
     ) -> SignalRecord:
         params = {
             "run_id": run_id,
@@ -603,6 +611,7 @@ class PostgresStore(Store):
             "sent_by": sent_by,
             "now": now,
             "payload": encode(payload, f"payload of signal {name!r} to run {run_id!r}"),
+            "decision": encode(authorization, f"decision on signal {name!r} to run {run_id!r}"),
         }
         async with self._conn() as conn, conn.transaction():
             # Lock the run first, so a concurrent suspension either commits before us
@@ -622,7 +631,9 @@ class PostgresStore(Store):
                 await conn.execute(self._q["answer"], params)
             elif status is RunStatus.SUSPENDED and rows[0][1] == name:
                 await conn.execute(self._q["wake"], params)
-        return decode_signal((signal_id, run_id, name, params["payload"], sent_by, now))
+        return decode_signal(
+            (signal_id, run_id, name, params["payload"], sent_by, now, params["decision"])
+        )
 
     async def next_signal(self, run_id: str, name: str) -> SignalRecord | None:
         async with self._conn() as conn:

@@ -468,9 +468,17 @@ class SqliteStore(Store):
     # ------------------------------------------------------------ signals and operators
 
     async def deliver_signal(
-        self, run_id: str, name: str, payload: Any, sent_by: str | None, *, now: float
+        self,
+        run_id: str,
+        name: str,
+        payload: Any,
+        sent_by: str | None,
+        *,
+        now: float,
+        authorization: dict[str, Any] | None = None,
     ) -> SignalRecord:
         payload_text = encode(payload, f"payload of signal {name!r} to run {run_id!r}")
+        decision = encode(authorization, f"decision on signal {name!r} to run {run_id!r}")
         with self._write() as db:
             row = db.execute(
                 "SELECT status, waiting_for FROM runs WHERE run_id = ?", (run_id,)
@@ -485,9 +493,9 @@ class SqliteStore(Store):
             else:
                 guards.check_can_signal(run_id, status)
             signal_id = db.execute(
-                "INSERT INTO signals (run_id, name, payload, sent_by, sent_at, consumed) "
-                "VALUES (?, ?, ?, ?, ?, 0) RETURNING id",
-                (run_id, name, payload_text, sent_by, now),
+                "INSERT INTO signals (run_id, name, payload, sent_by, sent_at, consumed, "
+                "decision) VALUES (?, ?, ?, ?, ?, 0, ?) RETURNING id",
+                (run_id, name, payload_text, sent_by, now, decision),
             ).fetchall()[0][0]
             if answer:
                 db.execute(
@@ -497,7 +505,7 @@ class SqliteStore(Store):
                 )
             elif status is RunStatus.SUSPENDED and row[1] == name:
                 db.execute("UPDATE runs SET wake_at = ? WHERE run_id = ?", (now, run_id))
-        return decode_signal((signal_id, run_id, name, payload_text, sent_by, now))
+        return decode_signal((signal_id, run_id, name, payload_text, sent_by, now, decision))
 
     async def next_signal(self, run_id: str, name: str) -> SignalRecord | None:
         with self._read() as db:

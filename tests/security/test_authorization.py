@@ -1,0 +1,195 @@
+"""Finding 4: an approver identity is required, an ``Authorizer`` decides who may act on
+which runs, and its decision is recorded with the action in history.
+
+The default ``actor`` authorizer takes the identity the caller names (``by=``,
+``--by``, ``PERDURE_ACTOR``) and refuses nobody; the ``token`` authorizer verifies a
+token signed with the shared key (HMAC-SHA256) and lets its scope decide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import pytest
+
+import perdure
+from perdure import EventKind, RunStatus, operator
+from perdure.authorization import AuthenticationError, AuthorizationError
+from perdure.semantics import approvals
+from perdure.testing import Processes, wait_for_request
+from perdure.tokens import issue_token, verify_token
+
+pytestmark = pytest.mark.perdure_memory
+
+KEY = base64.b64encode(b"k" * 32).decode()
+OTHER_KEY = base64.b64encode(b"o" * 32).decode()
+
+
+@perdure.workflow(name="security.refund")
+async def refund(order: str) -> Any:
+    return await perdure.wait_for_signal(
+        perdure.APPROVAL, details={"tool": "refund", "arguments": {"order": order}}
+    )
+
+
+def drive(backend: Any, run_id: str) -> asyncio.Task[Any]:
+    async def go() -> Any:
+        handle = await backend.start(refund, (run_id,), {}, run_id=run_id)
+        return await handle.result(timeout=300)
+
+    return asyncio.ensure_future(go())
+
+
+@pytest.fixture
+def token_authorizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PERDURE_AUTHORIZER", "token")
+    monkeypatch.setenv("PERDURE_AUTH_KEY", KEY)
+    monkeypatch.delenv("PERDURE_TOKEN", raising=False)
+    monkeypatch.delenv("PERDURE_ACTOR", raising=False)
+
+
+def received(history: list[Any]) -> list[dict[str, Any]]:
+    return [e.data for e in history if e.kind is EventKind.SIGNAL_RECEIVED]
+
+
+async def test_an_approval_needs_an_identity_and_records_the_decision(
+    perdure_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PERDURE_ACTOR", raising=False)
+    monkeypatch.delenv("PERDURE_AUTHORIZER", raising=False)
+    run = drive(perdure_backend, "auth-actor")
+    request = await wait_for_request(perdure_backend, "auth-actor", timeout=120)
+    with pytest.raises(AuthenticationError, match="identity is required"):
+        await operator.answer(perdure_backend, "auth-actor", True)
+    assert (await perdure_backend.get_run("auth-actor")).request_id == request  # untouched
+    monkeypatch.setenv("PERDURE_ACTOR", "ann")
+    await operator.answer(perdure_backend, "auth-actor", True, request=request)
+    assert (await run)["approved"] is True
+    (data,) = received(await perdure_backend.history("auth-actor"))
+    assert data["sent_by"] == "ann"
+    assert data["authorization"] == {
+        "actor": "ann",
+        "allowed": True,
+        "authorizer": "actor",
+        "verified": False,
+        "reason": "the actor authorizer allows every named caller",
+    }
+
+
+async def test_a_signed_token_is_verified_and_its_scope_decides(
+    perdure_backend: Any, token_authorizer: None
+) -> None:
+    run = drive(perdure_backend, "auth-token")
+    request = await wait_for_request(perdure_backend, "auth-token", timeout=120)
+    rejecter = issue_token("bob", verbs=["reject"])
+    other_tool = issue_token("cy", verbs=["approve"], tools=["lookup"])
+    other_flow = issue_token("dee", workflows=["billing.*"])
+    for token, scope in ((rejecter, "verbs"), (other_tool, "tools"), (other_flow, "workflows")):
+        with pytest.raises(AuthorizationError, match=f"{scope} scope") as refused:
+            await operator.answer(perdure_backend, "auth-token", True, token=token)
+        assert token not in str(refused.value)
+    with pytest.raises(AuthenticationError, match="requires a signed token"):
+        await operator.answer(perdure_backend, "auth-token", True, by="ann")
+    alice = issue_token("alice", verbs=["approve"], workflows=["security.*"], tools=["refund"])
+    with pytest.raises(AuthenticationError, match="not the token's subject"):
+        await operator.answer(perdure_backend, "auth-token", True, by="mallory", token=alice)
+    assert (await perdure_backend.get_run("auth-token")).request_id == request  # untouched
+    await operator.answer(perdure_backend, "auth-token", True, token=alice)
+    assert (await run)["approved"] is True
+    (data,) = received(await perdure_backend.history("auth-token"))
+    assert data["sent_by"] == "alice"
+    assert data["authorization"]["actor"] == "alice"
+    assert data["authorization"]["authorizer"] == "token"
+    assert data["authorization"]["verified"] is True
+    assert alice not in json.dumps(data)  # the token itself is never recorded
+
+
+async def test_a_plain_signal_named_approval_is_authorized_as_an_approval(
+    perdure_backend: Any, token_authorizer: None
+) -> None:
+    """The audit approved with ``perdure signal RUN approval --data '{"approved": true}'``:
+    a token allowed only to signal may not approve that way."""
+    run = drive(perdure_backend, "auth-signal")
+    await wait_for_request(perdure_backend, "auth-signal", timeout=120)
+    signaller = issue_token("sam", verbs=["signal"])
+    with pytest.raises(AuthorizationError, match="may not approve"):
+        await operator.send(
+            perdure_backend, "auth-signal", perdure.APPROVAL, {"approved": True}, token=signaller
+        )
+    assert received(await perdure_backend.history("auth-signal")) == []
+    approver = issue_token("ann", verbs=["approve"])
+    await operator.send(
+        perdure_backend, "auth-signal", perdure.APPROVAL, {"approved": True}, token=approver
+    )
+    assert await run == {"approved": True}
+
+
+def test_tokens_that_are_forged_tampered_or_expired_do_not_verify(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PERDURE_AUTH_KEY", KEY)
+    token = issue_token("alice", ttl=60, now=1000.0)
+    assert verify_token(token, now=1030.0)["sub"] == "alice"
+    head, claims, signature = token.split(".")
+    forged = issue_token("alice", key=OTHER_KEY, ttl=60, now=1000.0)
+    widened = base64.urlsafe_b64encode(
+        json.dumps({"sub": "root", "iat": 1000.0, "exp": 1060.0}).encode()
+    ).rstrip(b"=")
+    cases = {
+        "signed with another key": (forged, "does not verify"),
+        "claims changed": (f"{head}.{widened.decode()}.{signature}", "does not verify"),
+        "signature cut": (f"{head}.{claims}.", "does not verify"),
+        "not a token": ("hello", "not a perdure token"),
+        "too long": ("pdt1." + "a" * 9000 + ".b", "not a perdure token"),
+    }
+    for name, (bad, why) in cases.items():
+        with pytest.raises(AuthenticationError, match=why) as refused:
+            verify_token(bad, now=1030.0)
+        assert bad not in str(refused.value), name
+    with pytest.raises(AuthenticationError, match="expired"):
+        verify_token(token, now=1060.0)
+
+
+@pytest.mark.perdure_not_on("memory", reason="the CLI runs in another process")
+async def test_the_cli_verifies_the_token_and_refuses_without_one(
+    perdure_backend: Any, processes: Processes, token_authorizer: None
+) -> None:
+    run = drive(perdure_backend, "auth-cli")
+    request = await wait_for_request(perdure_backend, "auth-cli", timeout=120)
+    env = {"PERDURE_AUTHORIZER": "token", "PERDURE_AUTH_KEY": KEY}
+    bare = processes.cli("approve", "auth-cli", "--by", "alice", env=env)
+    assert bare.returncode == 7, bare.stdout + bare.stderr
+    assert "requires a signed token" in bare.stdout + bare.stderr
+    token = issue_token("alice", verbs=["approve"])
+    ok = processes.cli("approve", "auth-cli", "--token", token, env=env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert f"approved request {request} of run auth-cli as alice" in ok.stdout
+    assert token not in ok.stdout + ok.stderr
+    await run
+    info = await perdure_backend.get_run("auth-cli")
+    assert info.status is RunStatus.SUCCEEDED
+    (data,) = received(await perdure_backend.history("auth-cli"))
+    assert data["authorization"]["verified"] is True
+
+
+def test_the_authorizer_is_configured_like_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perdure.authorization import ActorAuthorizer, resolve_authorizer
+    from perdure.errors import ConfigurationError
+    from perdure.tokens import TokenAuthorizer
+
+    monkeypatch.delenv("PERDURE_AUTHORIZER", raising=False)
+    monkeypatch.setenv("PERDURE_AUTH_KEY", KEY)
+    assert isinstance(resolve_authorizer(), ActorAuthorizer)
+    assert isinstance(resolve_authorizer("token"), TokenAuthorizer)
+    monkeypatch.setenv("PERDURE_AUTHORIZER", "token")
+    assert isinstance(resolve_authorizer(), TokenAuthorizer)
+    with pytest.raises(ConfigurationError, match="unknown authorizer 'nobody'"):
+        resolve_authorizer("nobody")
+    monkeypatch.delenv("PERDURE_AUTH_KEY")
+    monkeypatch.delenv("PERDURE_AUTH_KEY_FILE", raising=False)
+    with pytest.raises(ConfigurationError, match="needs its key"):
+        resolve_authorizer("token")
+    assert approvals.APPROVAL == perdure.APPROVAL
