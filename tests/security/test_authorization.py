@@ -70,7 +70,7 @@ async def test_an_approval_needs_an_identity_and_records_the_decision(
     assert (await run)["approved"] is True
     (data,) = received(await perdure_backend.history("auth-actor"))
     assert data["sent_by"] == "ann"
-    assert data["authorization"] == {
+    assert data["decision"] == {
         "actor": "ann",
         "allowed": True,
         "authorizer": "actor",
@@ -101,9 +101,9 @@ async def test_a_signed_token_is_verified_and_its_scope_decides(
     assert (await run)["approved"] is True
     (data,) = received(await perdure_backend.history("auth-token"))
     assert data["sent_by"] == "alice"
-    assert data["authorization"]["actor"] == "alice"
-    assert data["authorization"]["authorizer"] == "token"
-    assert data["authorization"]["verified"] is True
+    assert data["decision"]["actor"] == "alice"
+    assert data["decision"]["authorizer"] == "token"
+    assert data["decision"]["verified"] is True
     assert alice not in json.dumps(data)  # the token itself is never recorded
 
 
@@ -172,7 +172,7 @@ async def test_the_cli_verifies_the_token_and_refuses_without_one(
     info = await perdure_backend.get_run("auth-cli")
     assert info.status is RunStatus.SUCCEEDED
     (data,) = received(await perdure_backend.history("auth-cli"))
-    assert data["authorization"]["verified"] is True
+    assert data["decision"]["verified"] is True
 
 
 def test_the_authorizer_is_configured_like_the_url(monkeypatch: pytest.MonkeyPatch) -> None:

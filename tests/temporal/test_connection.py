@@ -160,9 +160,9 @@ async def test_a_payload_codec_encodes_what_temporal_stores_and_perdure_reads_it
     try:
         await backend.start(flows.waits, (), {}, run_id="coded")
         await backend.idle()
-        await backend.signal("coded", perdure.APPROVAL, {"secret": "pin-4711"}, by="ann")
+        await backend.signal("coded", perdure.APPROVAL, {"pin": "pin-4711"}, by="ann")
         info = await backend.wait("coded", timeout=60)
-        assert info.status is RunStatus.SUCCEEDED and info.result == {"secret": "pin-4711"}
+        assert info.status is RunStatus.SUCCEEDED and info.result == {"pin": "pin-4711"}
         assert [e.kind for e in await backend.history("coded")][
             -1
         ] is perdure.EventKind.RUN_SUCCEEDED

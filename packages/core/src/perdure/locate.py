@@ -2,6 +2,14 @@
 
 A run's input names its agent, graph or config by where it is defined, so a worker that
 imports that module after a crash finds the very same object. Adapters share this.
+
+A locator read from stored data never makes perdure import anything: ``resolve`` looks
+only in modules the user chose — those a worker was told to import (``perdure worker
+MODULE``), modules of objects this process located itself (``find``), modules allowed
+with ``allow_module`` or configured like the URL (``PERDURE_LOCATORS``, ``[tool.perdure]
+locators``: module names, comma-separated or a list) — and in their submodules. A
+locator the caller gives in code (``given=True``) is the caller's own choice and is
+imported.
 """
 
 from __future__ import annotations
@@ -12,11 +20,37 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
+from perdure.config import setting
 from perdure.errors import ConfigurationError
 
-__all__ = ["find", "importable_name", "locate", "resolve"]
+__all__ = ["allow_module", "find", "importable_name", "locate", "resolve"]
 
 _cache: dict[int, tuple[Any, str]] = {}
+_allowed: set[str] = set()
+
+
+def allow_module(name: str) -> None:
+    """Let stored locators name objects of module ``name`` (and its submodules)."""
+    _allowed.add(name)
+
+
+def _configured() -> set[str]:
+    raw: Any = setting("locators", "PERDURE_LOCATORS")
+    items: list[Any] = []
+    if isinstance(raw, str):
+        items = raw.split(",")
+    elif isinstance(raw, list):
+        items = cast(list[Any], raw)
+    return {str(i).strip() for i in items if str(i).strip()}
+
+
+def _is_allowed(module_name: str) -> bool:
+    allowed = _allowed | _configured()
+    main = sys.modules.get("__main__")
+    main_name = None if main is None else _main_module_name(main)
+    if main_name:
+        allowed.add(main_name)
+    return any(module_name == a or module_name.startswith(a + ".") for a in allowed)
 
 
 def importable_name(module_name: str) -> str:
@@ -44,11 +78,26 @@ def _main_module_name(module: ModuleType) -> str | None:
     return ".".join(parts)
 
 
-def resolve(ref: str, *, what: str = "object") -> Any:
-    """The object a ``"module:attribute"`` locator names, or ``ConfigurationError``."""
+def resolve(ref: str, *, what: str = "object", given: bool = False) -> Any:
+    """The object a ``"module:attribute"`` locator names, or ``ConfigurationError``.
+
+    A stored locator (the default) may name only a module the user chose (see the
+    module's docstring); nothing else is imported. ``given=True``: the caller's code
+    passed ``ref`` itself, so its module is imported and allowed from then on."""
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigurationError(f"{what} locator {ref!r} is not of the form 'module:attribute'")
+    if given:
+        allow_module(module_name)
+    elif not _is_allowed(module_name):
+        raise ConfigurationError(
+            f"{what} locator {ref!r} names module {module_name!r}, which this process was "
+            "not told to import; stored data never chooses what a worker imports: run "
+            f"`perdure worker {module_name}` or allow it (PERDURE_LOCATORS, [tool.perdure] "
+            "locators, perdure.locate.allow_module)"
+        )
+    if any(part.startswith("_") for part in attr.split(".")):
+        raise ConfigurationError(f"{what} locator {ref!r} names a private attribute")
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -95,6 +144,7 @@ def find(*candidates: Any) -> str | None:
                 continue
             name = main_name
         ref = f"{name}:{attr}"
+        allow_module(name)  # this process holds the object: its locator reads back here
         if len(candidates) == 1:
             _cache[id(candidates[0])] = (candidates[0], ref)
         return ref

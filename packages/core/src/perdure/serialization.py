@@ -17,7 +17,7 @@ import json
 import sys
 from typing import Any, cast
 
-from perdure import encryption, type_registry
+from perdure import encryption, redaction, type_registry
 from perdure.errors import SerializationError
 
 TAG = "__perdure__"
@@ -46,14 +46,16 @@ def _type_path(tp: type, where: str) -> str:
 MAX_DEPTH = 100
 
 
-def to_jsonable(value: Any, where: str = "value") -> Any:
+def to_jsonable(value: Any, where: str = "value", *, hits: list[str] | None = None) -> Any:
     """Return ``value`` as JSON data, or raise ``SerializationError`` naming ``where``:
     also for a value nested deeper than ``MAX_DEPTH`` or one that contains itself.
 
-    With an encryption key configured (``perdure.encryption``), the data is sealed:
-    one AES-GCM envelope recording the key id, opened again by ``from_jsonable``.
+    The redaction policy (``perdure.redaction``) is applied first; the rules that
+    matched are appended to ``hits``. With an encryption key configured
+    (``perdure.encryption``), the data is then sealed: one AES-GCM envelope recording
+    the key id, opened again by ``from_jsonable``.
     """
-    data = _encode(value, where, 0, set())
+    data = redaction.redact(_encode(value, where, 0, set()), hits)
     ring = encryption.keyring()
     if ring is None:
         return data

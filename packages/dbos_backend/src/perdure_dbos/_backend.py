@@ -384,7 +384,7 @@ class DbosBackend(Backend):
         await self._status(run_id)
         message: dict[str, Any] = {"payload": data, "sent_by": by, "sent_at": time.time()}
         if authorization is not None:
-            message["authorization"] = authorization
+            message["decision"] = authorization
         if approvals.is_approval(name):
             # An answer to an approval request: only while the run waits on it, and the
             # one conditional update of its mark lets exactly one answer through.
@@ -456,7 +456,7 @@ class DbosBackend(Backend):
             )
         decision: dict[str, Any] = {"outcome": outcome, "by": by, "message": message}
         if authorization is not None:
-            decision["authorization"] = authorization
+            decision["decision"] = authorization
         if outcome == "succeeded":
             decision["result"] = to_jsonable(result, f"reconciled result of step {step_key!r}")
         await DBOS.send_async(run_id, decision, topic=f"{RECONCILE_TOPIC}{step_key}")
@@ -745,8 +745,8 @@ def _history(info: RunInfo, steps: list[Any]) -> list[Event]:
                 )
             else:
                 data = {k: msg.get(k) for k in ("payload", "sent_by", "sent_at")}
-                if msg.get("authorization") is not None:
-                    data["authorization"] = msg["authorization"]
+                if msg.get("decision") is not None:
+                    data["decision"] = msg["decision"]
                 sent_at = float(msg.get("sent_at") or 0)
                 data["waited"] = round(max(0.0, sent_at - float(env.get("_at") or sent_at)), 6)
                 if env.get("name") == approvals.APPROVAL:

@@ -235,7 +235,7 @@ def _ref(obj: Any, given: str | None, spec: dict[str, Any], name: str) -> None:
     if obj is None:
         return
     if given is not None:
-        resolve(given, what=name.replace("_", " "))  # a bad locator fails now, not later
+        resolve(given, what=name.replace("_", " "), given=True)  # a bad one fails now
         spec[name] = given
         return
     found = find(obj)
@@ -292,7 +292,7 @@ def _prepare(
         "approvals": approvals,
     }
     if agent_ref is not None:
-        target = resolve(agent_ref, what="agent")
+        target = resolve(agent_ref, what="agent", given=True)
         if not isinstance(target, Agent) and not callable(target):
             raise ConfigurationError(
                 f"agent_ref {agent_ref!r} names neither an Agent nor a factory"
@@ -304,7 +304,7 @@ def _prepare(
     _ref(hooks, hooks_ref, spec, "hooks")
     _ref(error_handlers, error_handlers_ref, spec, "error_handlers")
     if context_ref is not None:
-        resolve(context_ref, what="context factory")
+        resolve(context_ref, what="context factory", given=True)
         spec["context_ref"] = context_ref
     if context is not None and not isinstance(input, RunState):
         try:

@@ -559,7 +559,7 @@ class TemporalBackend(Backend):
             "payload_ref": ref,
             "sent_by": by,
             "sent_at": time.time(),
-            "authorization": authorization,
+            "decision": authorization,
         }
         await self._update(run_id, "deliver", arg)
 

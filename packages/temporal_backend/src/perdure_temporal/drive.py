@@ -164,7 +164,7 @@ class DriveJournal:
                     payload,
                     rec.get("sent_by"),
                     float(rec["sent_at"]),
-                    rec.get("authorization"),
+                    rec.get("decision"),
                 )
         return None
 

@@ -373,7 +373,7 @@ class PerdureRun:
             "payload_ref": meta.get("payload_ref"),
             "sent_by": meta.get("sent_by"),
             "sent_at": float(meta.get("sent_at") or workflow.now().timestamp()),
-            "authorization": meta.get("authorization"),
+            "decision": meta.get("decision"),
             "consumed": False,
         }
         self.signals.append(record)

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.logging import RichHandler
 from rich.markup import escape
 
-from perdure import metrics, retention
+from perdure import locate, metrics, retention
 from perdure.backend import Backend
 from perdure.cli.common import UsageProblem, err, load_backend, mask_url, parse_duration
 from perdure.config import resolve_url
@@ -59,6 +59,7 @@ def import_targets(targets: Sequence[str]) -> list[str]:
             name = target
         try:
             module = importlib.import_module(name)
+            locate.allow_module(name)  # stored locators may name what the operator chose
         except Exception as exc:
             raise UsageProblem(
                 f"cannot import module {name!r}: {type(exc).__name__}: {exc}"

@@ -6,6 +6,7 @@ import enum
 import time
 from typing import Any
 
+from perdure import redaction
 from perdure.errors import (
     CorruptHistoryError,
     DeterminismError,
@@ -55,7 +56,7 @@ def unknown_outcome(
     try:
         shown_args: Any = to_jsonable({"args": list(args), "kwargs": kwargs})
     except Exception:  # shown to an operator only: never fail the park over it
-        shown_args = repr((args, kwargs))
+        shown_args = redaction.redact_text(repr((args, kwargs)))
     return {
         "reason": Attention.UNKNOWN_OUTCOME.value,
         "step_key": key,

@@ -364,8 +364,13 @@ class DriveContext:
                 continue
             finally:
                 current_step_key.reset(token)
+            redacted: list[str] = []
             try:
-                encoded = to_jsonable(result, f"result of step {key!r}")
+                encoded = to_jsonable(result, f"result of step {key!r}", hits=redacted)
+                if redacted:
+                    # What is recorded is what every replay returns: the workflow gets the
+                    # redacted value now too, so it behaves the same after a crash.
+                    result = from_jsonable(encoded, f"result of step {key!r}")
             except SerializationError as exc:
                 await self._fail_step(key, spec, attempt, exc)
             if spec.compensate is not None:

@@ -14,18 +14,19 @@ attempt_failed      step        ``{"attempt", "error", "retry_in"}``
 step_completed      step        ``{"result", "attempt", "kind", "duration"}``
 step_failed         step        ``{"attempts", "error", "kind"}``
 signal_received     signal      ``{"payload", "sent_by", "sent_at", "signal_id",
-                                "waited"[, "request_id"][, "authorization"]}`` or
+                                "waited"[, "request_id"][, "decision"]}`` or
                                 ``{"timed_out": True, "timeout"}``; ``request_id``
                                 for an approval (``semantics.approvals``),
-                                ``authorization`` the sender's decision
-                                (``perdure.authorization``)
+                                ``decision`` the authorizer's decision on the
+                                sender (``perdure.authorization``; not named
+                                ``authorization``, a key redaction removes)
 timer_started       sleep       ``{"seconds", "wake_at"}``
 marker              patch       the marker's name in ``name``; no data
 suspended           wait        ``{"waiting_for", "wake_at", ...detail}``; an approval
                                 wait's detail holds ``request_id``
 needs_attention     step|None   the attention record (``perdure.semantics.attention``)
 reconciled          step|None   ``{"outcome", "by", "message"[, "result"|"error"]
-                                [, "authorization"]}``;
+                                [, "decision"]}``;
                                 ``{"outcome": "resume"}`` for ``resume``
 run_succeeded       None        ``{"result"}``
 run_failed          None        the error: ``{"type", "message"[, "step", "attempts",
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from perdure import redaction
 from perdure.errors import SerializationError, StepFailedError
 from perdure.records import EventKind, NewEvent, SignalRecord
 from perdure.serialization import from_jsonable, to_jsonable
@@ -69,8 +71,9 @@ __all__ = [
 
 
 def error_info(exc: BaseException) -> dict[str, Any]:
-    """How an exception is recorded: its class name and message, never its traceback."""
-    return {"type": type(exc).__name__, "message": str(exc)}
+    """How an exception is recorded: its class name and its message with the secrets in
+    it redacted (``perdure.redaction``), never its traceback."""
+    return {"type": type(exc).__name__, "message": redaction.redact_text(str(exc))}
 
 
 def run_failed_error(exc: BaseException) -> dict[str, Any]:
@@ -163,7 +166,7 @@ def signal_received(
     if request_id is not None:
         data["request_id"] = request_id
     if signal.authorization is not None:
-        data["authorization"] = signal.authorization
+        data["decision"] = signal.authorization
     return NewEvent(EventKind.SIGNAL_RECEIVED, key, name, data)
 
 
@@ -212,7 +215,7 @@ def reconciled(
     step's position on replay, ``retry`` calls it again with the same key."""
     data: dict[str, Any] = {"outcome": outcome, "by": by, "message": message}
     if authorization is not None:
-        data["authorization"] = authorization
+        data["decision"] = authorization
     if outcome == "succeeded":
         data["result"] = to_jsonable(result, f"reconciled result of step {step_key!r}")
     elif outcome == "failed":

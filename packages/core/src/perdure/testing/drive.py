@@ -11,11 +11,13 @@ import importlib
 import json
 
 from perdure.api import connect, shutdown
+from perdure.locate import allow_module
 from perdure.workflow import get_workflow
 
 
 async def _main(ns: argparse.Namespace) -> None:
     importlib.import_module(ns.module)
+    allow_module(ns.module)
     workflow = get_workflow(ns.workflow)
     data = json.loads(ns.input)
     backend = await connect(ns.url)
