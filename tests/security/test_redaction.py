@@ -83,7 +83,8 @@ def test_the_default_rules_and_what_they_leave_alone() -> None:
     data = {
         "Authorization": "Bearer x",
         "set-cookie": "id=1",
-        "session_id": "42",
+        "session_token": "42",
+        "session_id": "s-1",
         "client_secret": "c",
         "usage": {"input_tokens": 10, "output_tokens": 3, "max_tokens": 100},
         "text": "use ghp_0123456789abcdefghijABCDEFGHIJ or AKIAABCDEFGHIJKLMNOP please",
@@ -94,7 +95,8 @@ def test_the_default_rules_and_what_they_leave_alone() -> None:
     hits: list[str] = []
     out = redact(data, hits)
     assert out["Authorization"] == out["set-cookie"] == "[redacted:key]"
-    assert out["session_id"] == out["client_secret"] == "[redacted:key]"
+    assert out["session_token"] == out["client_secret"] == "[redacted:key]"
+    assert out["session_id"] == "s-1"  # an agent session's id, needed to resume it
     assert out["usage"] == data["usage"]
     assert out["text"] == "use [redacted:api-key] or [redacted:api-key] please"
     assert out["url"] == "postgresql://app:***@db/prod"

@@ -4,7 +4,7 @@ Before a value is recorded (run input, step results, signal payloads, wait detai
 parked effects' arguments, error messages), the policy replaces:
 
 * the value of every dict key named like a secret — ``password``, ``secret``,
-  ``token``, ``api_key``, ``authorization``, ``cookie``/``set-cookie``, ``session_id``,
+  ``token``, ``api_key``, ``authorization``, ``cookie``/``set-cookie``, ``session_token``,
   ``private_key``, ``credentials`` and names ending so (``db_password``,
   ``stripe_api_key``) — with the marker ``"[redacted:key]"``;
 * secrets inside strings — ``Bearer``/``Basic`` credentials, ``Authorization:``/
@@ -39,7 +39,8 @@ from perdure.config import setting
 __all__ = ["allow_keys", "redact", "redact_keys", "redact_pattern", "redact_text"]
 
 _KEY = re.compile(
-    r"(?:^|[_-])(?:set[_-]?cookie|cookies?|session[_-]?(?:id|token|key)|bearer)$",
+    # Not ``session_id``: it names an agent's conversation, which a worker needs back.
+    r"(?:^|[_-])(?:set[_-]?cookie|cookies?|session[_-]?(?:token|key)|bearer)$",
     re.IGNORECASE,
 )
 #: (rule name, pattern, the group kept before the secret).
