@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from perdure import url_options
 from perdure.backend import Backend
 from perdure.errors import ConfigurationError
+from perdure.urls import split_url
 
 BackendFactory = Callable[[str], Backend]
 
@@ -33,7 +33,7 @@ def _scheme(url: str) -> str:
             "e.g. sqlite:///perdure.db or postgresql://user@host/db"
         )
     try:
-        scheme = urlsplit(url).scheme.lower()
+        scheme = split_url(url).scheme.lower()
     except ValueError as exc:
         raise ConfigurationError(f"malformed backend URL {url!r}: {exc}") from exc
     if not scheme:

@@ -39,6 +39,7 @@ from perdure.errors import (
 from perdure.records import Event, EventKind, RunInfo, RunStatus
 from perdure.semantics import approvals
 from perdure.serialization import from_jsonable, to_jsonable
+from perdure.urls import split_url
 from perdure.workflow import Workflow, get_workflow, registered_workflows
 from perdure_dbos import _compat
 from perdure_dbos._context import (
@@ -83,7 +84,7 @@ class DbosUrl:
         if not url.lower().startswith("dbos+"):
             raise ConfigurationError(f"not a DBOS URL: {url!r} (expected dbos+sqlite:// or ...)")
         inner = url[len("dbos+") :]
-        parts = urlsplit(inner)
+        parts = split_url(inner)
         scheme = parts.scheme.lower()
         if scheme == "sqlite":
             path = inner.removeprefix("sqlite:///")

@@ -6,9 +6,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from perdure.errors import ConfigurationError
+from perdure.urls import split_url
 
 DEFAULT_PORT = 7233
 DEFAULT_TASK_QUEUE = "perdure"
@@ -97,7 +98,7 @@ class TemporalUrl:
 
     @classmethod
     def parse(cls, url: str) -> TemporalUrl:
-        parts = urlsplit(url)
+        parts = split_url(url)
         if parts.scheme != "temporal":
             raise ConfigurationError(f"not a temporal:// URL: {url!r}")
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}

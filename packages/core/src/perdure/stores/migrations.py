@@ -18,6 +18,7 @@ which is indexed, and filters ``updated_before`` on the way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -282,7 +283,7 @@ def _number(
 ) -> Any:
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise CorruptHistoryError(run_id, None, f"{column} is {value!r}, not a number")
     if kind is int and value != int(value):
         raise CorruptHistoryError(run_id, None, f"{column} is {value!r}, not an integer")
@@ -314,11 +315,11 @@ def decode_signal(row: Sequence[Any]) -> SignalRecord:
     """A ``SignalRecord`` from a row selected as ``SIGNAL_COLUMNS``."""
     run_id = str(row[1])
     return SignalRecord(
-        signal_id=int(row[0]),
+        signal_id=_number(row[0], run_id, "signal id", int),
         run_id=run_id,
-        name=row[2],
+        name=_text(row[2], run_id, f"name of signal #{row[0]}"),
         payload=_json(row[3], run_id, None, f"payload of signal #{row[0]}"),
         sent_by=row[4],
-        sent_at=row[5],
+        sent_at=_number(row[5], run_id, f"sent_at of signal #{row[0]}", float),
         authorization=_dict(row[6], run_id, f"decision of signal #{row[0]}"),
     )

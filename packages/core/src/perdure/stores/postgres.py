@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -49,6 +49,7 @@ from perdure.stores.migrations import (
     run_columns,
     status_of,
 )
+from perdure.urls import split_url
 
 if TYPE_CHECKING:
     from perdure.engine.backend import EmbeddedBackend
@@ -191,7 +192,7 @@ def parse_postgres_url(url: str) -> tuple[str, str, int]:
     perdure's own options, ``?schema=`` (default ``perdure``) and ``?pool_size=``
     (default 10), are removed; every other option is passed on to libpq.
     """
-    parts = urlsplit(url)
+    parts = split_url(url)
     if parts.scheme not in ("postgresql", "postgres"):
         raise ConfigurationError(f"{url!r} is not a postgresql:// URL")
     schema, pool_size = "perdure", 10

@@ -15,7 +15,7 @@ import time
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote
 
 from perdure.errors import (
     BackendUnavailableError,
@@ -43,6 +43,7 @@ from perdure.stores.migrations import (
     run_columns,
     status_of,
 )
+from perdure.urls import split_url
 
 if TYPE_CHECKING:
     from perdure.engine.backend import EmbeddedBackend
@@ -86,7 +87,7 @@ def parse_sqlite_url(url: str) -> tuple[str, str]:
     ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db``, as in SQLAlchemy;
     the only option is ``?synchronous=full|normal|off`` (default ``normal``).
     """
-    parts = urlsplit(url)
+    parts = split_url(url)
     if parts.scheme != "sqlite":
         raise ConfigurationError(f"{url!r} is not a sqlite:/// URL")
     if parts.netloc:
