@@ -263,7 +263,15 @@ class Chaos:
                 ):
                     # From another process, as a webhook or an operator would.
                     signals[run_id] = self.processes.spawn(
-                        "-m", "perdure", "signal", run_id, SIGNAL, "--url", self.processes.url
+                        "-m",
+                        "perdure",
+                        "signal",
+                        run_id,
+                        SIGNAL,
+                        "--by",
+                        "chaos-webhook",
+                        "--url",
+                        self.processes.url,
                     )
                 elif info.status is RunStatus.NEEDS_ATTENTION:
                     await self._reconcile(info, reconciled, tally)
