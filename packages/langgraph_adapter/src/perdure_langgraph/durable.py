@@ -266,7 +266,7 @@ class DurableGraph:
     def locator(self) -> str:
         """Where a worker finds this graph: ``graph_ref`` or a module-level attribute."""
         if self.graph_ref is not None:
-            _located(self.graph_ref)
+            _located(self.graph_ref, given=True)  # the user's code named it: allowed
             return self.graph_ref
         if self._ref is None:
             self._ref = find(self, self.compiled)
@@ -631,9 +631,10 @@ async def _wait_stop(backend: Backend, run_id: str) -> RunInfo:
             return info  # waits for an answer no one gave yet
 
 
-def _located(ref: str) -> Pregel | DurableGraph:
-    """The graph ``ref`` names, calling it first when it names a factory."""
-    found = resolve(ref, what="graph")
+def _located(ref: str, *, given: bool = False) -> Pregel | DurableGraph:
+    """The graph ``ref`` names, calling it first when it names a factory; ``given``: the
+    user's code passed ``ref`` (not stored data), so its module may be imported."""
+    found = resolve(ref, what="graph", given=given)
     if not isinstance(found, DurableGraph | Pregel) and callable(found):
         found = found()
     if not isinstance(found, DurableGraph | Pregel):
