@@ -18,8 +18,8 @@ from perdure.testing.chaos import Chaos
 @pytest.mark.perdure_not_on(
     "dbos+sqlite",
     "dbos+postgresql",
-    reason="a run is left suspended, not woken, after a SIGKILL now and then "
-    "(DBOS backend, being rebuilt by its engineer)",
+    reason="on DBOS a chaos run is now and then left suspended, not woken (seen on both "
+    "columns, once with no kill at all; not yet explained)",
 )
 async def test_random_sigkills_lose_duplicate_and_fail_nothing(
     perdure_backend: Any,

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
-
 from perdure import EventKind, RunStatus
 from perdure.registry import open_backend
 from perdure.testing import Processes, Receiver, wait_for_status
@@ -20,12 +18,6 @@ STOPPED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.NEEDS_ATTENTION)
 TAKEN_OVER_WITHIN = 25.0
 
 
-@pytest.mark.perdure_not_on(
-    "dbos+sqlite",
-    "dbos+postgresql",
-    reason="the DBOS backend does not drain yet: the effect is cut off and parks "
-    "(its engineer is rebuilding it, issue 13 item 5)",
-)
 async def test_sigterm_mid_effect_during_a_rolling_deploy_parks_nothing(
     perdure_backend: Any, receiver: Receiver, processes: Processes
 ) -> None:

@@ -13,8 +13,6 @@ from perdure.records import Event
 
 pytestmark = pytest.mark.perdure_memory
 
-DBOS = ("dbos+sqlite", "dbos+postgresql")
-
 
 @perdure.step
 async def double(n: int) -> int:
@@ -40,7 +38,6 @@ def data_keys(history: list[Event], kind: EventKind) -> list[set[str]]:
     return [set(e.data) for e in history if e.kind is kind]
 
 
-@pytest.mark.perdure_not_on(*DBOS, reason="DBOS drift: run_started is seq 1 with {'input'}")
 async def test_run_started_is_seq_0_with_args_and_kwargs(perdure_backend: Any) -> None:
     handle = await perdure_backend.start(ok_flow, (4,), {"label": "x"}, run_id="h-started")
     await handle.result(timeout=120)
@@ -87,7 +84,6 @@ async def test_a_failed_step_records_its_attempts_and_fails_the_run_naming_it(
     assert set(error) == {"type", "message", "step", "attempts", "cause"}
 
 
-@pytest.mark.perdure_not_on(*DBOS, reason="DBOS drift: cancel of a finished run returns it")
 async def test_cancel_of_a_finished_run_raises_invalid_run_state(perdure_backend: Any) -> None:
     handle = await perdure_backend.start(ok_flow, (1,), {"label": "c"}, run_id="h-cancel")
     await handle.result(timeout=120)
@@ -96,7 +92,6 @@ async def test_cancel_of_a_finished_run_raises_invalid_run_state(perdure_backend
     assert (await perdure_backend.get_run("h-cancel")).status is RunStatus.SUCCEEDED
 
 
-@pytest.mark.perdure_not_on(*DBOS, reason="DBOS drift: a signal to a finished run is accepted")
 async def test_a_signal_to_a_finished_run_raises_invalid_run_state(perdure_backend: Any) -> None:
     handle = await perdure_backend.start(ok_flow, (1,), {"label": "s"}, run_id="h-signal")
     await handle.result(timeout=120)

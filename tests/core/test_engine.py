@@ -62,24 +62,12 @@ def _fresh_counters_and_registry() -> Iterator[None]:
     ew.reset()
 
 
-DBOS = ("dbos+sqlite", "dbos+postgresql")
 #: Columns without a perdure ``Store``: a test that writes a history through one
 #: (``store``) cannot be expressed there.
 NO_STORE = ("dbos+sqlite", "dbos+postgresql", "temporal")
 needs_store = pytest.mark.perdure_not_on(
     *NO_STORE, reason="DBOS and Temporal are Backends: they keep no perdure Store"
 )
-
-
-def dbos_drift(reason: str) -> pytest.MarkDecorator:
-    """Keep a scenario off the DBOS columns while its backend drifts from the shared
-    semantics (being rebuilt on ``perdure.semantics``); ``reason`` names the drift."""
-    return pytest.mark.perdure_not_on(*DBOS, reason=f"DBOS drift: {reason}")
-
-
-#: DBOS continues a suspended run inside its process (no replay, the code it started
-#: with) where the shared semantics re-drive it from its history.
-IN_PROCESS = "a suspended run continues in process instead of being replayed"
 
 
 @pytest.fixture
@@ -292,7 +280,6 @@ async def test_permanent_error_fails_the_run_after_one_attempt(
     assert of_kind(await handle.history(), EventKind.ATTEMPT_FAILED) == []
 
 
-@dbos_drift(IN_PROCESS)
 async def test_workflow_catching_step_failed_error_continues_and_replays_it_identically(
     make_backend: MakeBackend,
 ) -> None:
@@ -476,7 +463,6 @@ async def test_outcome_unknown_from_an_idempotent_effect_is_retried_with_the_sam
 # -- signals -----------------------------------------------------------------------------
 
 
-@dbos_drift("a wait whose signal is already in the inbox records suspended")
 async def test_signals_sent_before_the_wait_are_consumed_in_order_without_suspending(
     backend: Backend,
 ) -> None:
@@ -521,7 +507,6 @@ async def test_wait_for_signal_timeout_suspends_then_raises_signal_timeout_error
     ]
 
 
-@dbos_drift("a signal to a finished run is accepted")
 async def test_signalling_an_unknown_or_finished_run_is_a_typed_error(
     backend: Backend,
 ) -> None:
@@ -572,7 +557,6 @@ async def _suspend_changing_v1(make_backend: MakeBackend, run_id: str) -> None:
     assert (await settle(first, run_id)).status is RunStatus.SUSPENDED
 
 
-@dbos_drift(IN_PROCESS)
 async def test_a_renamed_step_under_an_in_flight_run_parks_it_with_determinism_error(
     make_backend: MakeBackend,
 ) -> None:
@@ -590,7 +574,6 @@ async def test_a_renamed_step_under_an_in_flight_run_parks_it_with_determinism_e
     assert CALLS["beta"] == 0
 
 
-@dbos_drift(IN_PROCESS)
 async def test_code_finishing_before_recorded_steps_is_a_determinism_error(
     make_backend: MakeBackend,
 ) -> None:
@@ -604,7 +587,6 @@ async def test_code_finishing_before_recorded_steps_is_a_determinism_error(
     assert (await second.get_run("shorter")).status is RunStatus.NEEDS_ATTENTION
 
 
-@dbos_drift(IN_PROCESS)
 async def test_resume_with_compatible_code_after_a_determinism_park_finishes(
     make_backend: MakeBackend,
 ) -> None:
@@ -620,7 +602,6 @@ async def test_resume_with_compatible_code_after_a_determinism_park_finishes(
     assert CALLS["alpha"] == 1
 
 
-@dbos_drift(IN_PROCESS)
 async def test_determinism_error_is_not_swallowed_by_except_exception_in_the_workflow(
     make_backend: MakeBackend,
 ) -> None:
@@ -651,7 +632,6 @@ async def test_a_run_recorded_before_the_patch_replays_the_old_path(
     assert of_kind(await second.history("pre-patch"), EventKind.MARKER) == []
 
 
-@dbos_drift("a run past a patch marker shows running, not suspended")
 async def test_a_new_run_takes_the_patched_path_and_keeps_it_on_replay(
     make_backend: MakeBackend,
 ) -> None:
@@ -712,7 +692,6 @@ async def test_parallel_steps_started_before_any_other_step_keep_positions_acros
 # -- cancellation and compensation -------------------------------------------------------
 
 
-@dbos_drift("cancel of a finished run returns it instead of raising")
 async def test_cancel_runs_compensations_newest_first_exactly_once(
     make_backend: MakeBackend,
 ) -> None:

@@ -163,7 +163,9 @@ async def test_pickle_rows_are_refused_by_every_read_command(
     # A worker recovers what it can read: r-steps is replayed up to the planted row and
     # parks naming it; r-status is not taken at all; r-fine goes on as if nothing happened.
     worker = processes.worker("dbos_flows")
-    parked = await wait_for_status(perdure_backend, "r-steps", (RunStatus.NEEDS_ATTENTION,))
+    # (wait, not wait_for_status: that one also reads the history, which is refused)
+    parked = await perdure_backend.wait("r-steps", timeout=120, drive=False)
+    assert parked.status is RunStatus.NEEDS_ATTENTION, parked
     assert parked.attention is not None
     assert parked.attention["reason"] == "CorruptHistoryError", parked.attention
     assert "py_pickle" in parked.attention["message"]
@@ -171,8 +173,6 @@ async def test_pickle_rows_are_refused_by_every_read_command(
     await perdure_backend.signal("r-fine", perdure.APPROVAL, {"approved": False}, by="ann")
     done = await wait_for_status(perdure_backend, "r-fine", (RunStatus.SUCCEEDED,))
     assert done.result == {"approved": False}
-    info = await perdure_backend.wait("r-steps", timeout=30, drive=False)
-    assert info.status is RunStatus.NEEDS_ATTENTION
     listed = await perdure_backend.list_runs()
     status_row = next(r for r in listed if r.run_id == "r-status")
     assert status_row.status is RunStatus.NEEDS_ATTENTION

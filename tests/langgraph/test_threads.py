@@ -274,13 +274,6 @@ async def test_a_factory_built_graph_and_sync_invoke_in_a_running_loop(env: str)
     assert (await perdure.get_run("factory#1")).status is RunStatus.SUCCEEDED
 
 
-@pytest.mark.perdure_not_on(
-    "dbos+sqlite",
-    "dbos+postgresql",
-    reason="DBOS drift: a suspended run continues inside its process instead of being "
-    "replayed on the new code, so the rename is not seen (perdure_dbos is not yet on "
-    "perdure.semantics)",
-)
 async def test_a_node_renamed_inside_a_subgraph_is_a_determinism_error(env: str) -> None:
     out = await nested_graph.ainvoke({"n": 0, "log": []}, cfg("nested-renamed"))
     assert [i.value for i in out["__interrupt__"]] == ["go?"]

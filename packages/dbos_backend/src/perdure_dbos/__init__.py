@@ -1,5 +1,6 @@
 """perdure backend on DBOS Transact: ``dbos+sqlite:///path.db``, ``dbos+postgresql://...``."""
 
+from perdure_dbos import _faults
 from perdure_dbos._backend import (
     DbosBackend,
     DbosUrl,
@@ -12,6 +13,7 @@ from perdure_dbos._serializer import JsonSerializer
 
 # Before anything can reach DBOS through perdure: nothing in this process unpickles.
 refuse_pickle()
+_faults.register()
 
 __all__ = [
     "DbosBackend",

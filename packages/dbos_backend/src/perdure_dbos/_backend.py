@@ -1,9 +1,15 @@
-"""``DbosBackend``: perdure runs as DBOS workflows in a DBOS system database.
+"""``DbosBackend``: perdure runs as DBOS workflows, on perdure's shared run semantics.
 
-A perdure run is one generic DBOS workflow, ``perdure_run(workflow_name, input)``,
-whose workflow id is the run id. DBOS is a process-global singleton: every
-``DbosBackend`` of a process shares one launched DBOS (same URL), destroyed when the
-last one closes.
+A perdure run is one DBOS workflow, ``perdure_run(workflow_name, stored_input)``, whose
+workflow id is the run id. Inside it, ``perdure.semantics.drive`` runs the workflow on a
+``DbosJournal`` (each append one DBOS step); a run that suspends or parks waits in DBOS's
+durable ``recv`` on its wake topic (the timer its timeout) and is driven again when a
+signal, an operator or its timer wakes it. DBOS schedules, records and recovers; what a
+step does on replay, intents, retries, parking, cancellation and the history are
+perdure's, the same as on every backend.
+
+DBOS is a process-global singleton: every ``DbosBackend`` of a process shares one
+launched DBOS (same URL), destroyed when the last one closes.
 """
 
 from __future__ import annotations
@@ -14,52 +20,47 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import sqlalchemy as sa
-from dbos import DBOS, DBOSConfig, SetWorkflowID
+from dbos import DBOS, DBOSConfig, DBOSPortableJSONSerializer, SetWorkflowID
 
-from perdure.backend import Backend, ReconcileOutcome, RunHandle
-from perdure.context import current_run
+from perdure.backend import Backend, ReconcileOutcome, RunHandle, run_filter
+from perdure.engine.outages import Backoff
 from perdure.engine.owners import new_owner_id, owner_is_dead
 from perdure.errors import (
     ApprovalNotPendingError,
     BackendUnavailableError,
     ConfigurationError,
     CorruptHistoryError,
-    DeterminismError,
-    InvalidRunStateError,
+    InvalidInputError,
+    LeaseLostError,
     PerdureError,
     RunNotFoundError,
-    SerializationError,
-    StepFailedError,
+    SubstrateError,
+    classify,
 )
 from perdure.records import Event, EventKind, RunInfo, RunStatus
-from perdure.semantics import approvals
-from perdure.serialization import from_jsonable, to_jsonable
+from perdure.semantics import Drained, approvals, drive, events, guards, park_broken
+from perdure.serialization import to_jsonable
+from perdure.store import RunUpdate
 from perdure.urls import split_url
 from perdure.workflow import Workflow, get_workflow, registered_workflows
 from perdure_dbos import _compat
-from perdure_dbos._context import (
-    CANCEL_KEY,
-    LIVE,
-    RECONCILE_TOPIC,
-    Cancelled,
-    DbosRunContext,
-    error_info,
-    notify,
-    wait_until,
-)
-from perdure_dbos._records import StatusRow, check_format, decode, status_rows, step_rows
-from perdure_dbos._serializer import JsonSerializer, StoredError
-from perdure_dbos._tables import Mark, Marks
+from perdure_dbos._journal import DbosJournal, pack, read_history
+from perdure_dbos._records import StatusRow, check_format, decode, status_rows
+from perdure_dbos._serializer import StoredError
+from perdure_dbos._tables import ADMIN, Mark, Marks
 
 log = logging.getLogger("perdure.dbos")
 
 WORKFLOW_NAME = "perdure_run"
 DEFAULT_VERSION = "perdure-1"
+#: The topic a run's execution waits on while suspended or parked.
+WAKE = "__perdure_wake__"
+#: A wait with no timer: DBOS's recv needs a finite timeout.
+FOREVER = 10 * 365 * 24 * 3600.0
 STOPPED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_ATTENTION)
 POLL = 0.02
 #: Runs this process started and is about to drive (their workflow task is not up yet).
@@ -103,6 +104,18 @@ class DbosUrl:
 
 
 @dataclass(slots=True)
+class Live:
+    """A run this process executes now; ``state`` is read by ``idle``."""
+
+    task: asyncio.Task[Any] | None
+    state: str = "running"  # running | waiting | done
+
+    def set(self, state: str) -> None:
+        self.state = state
+        notify()
+
+
+@dataclass(slots=True)
 class _Runtime:
     """The launched DBOS of this process."""
 
@@ -110,12 +123,35 @@ class _Runtime:
     executor_id: str
     marks: Marks
     refs: int = 0
+    #: Set while shutting down: drives stop before their next step.
+    draining: bool = False
+    live: dict[str, Live] = field(default_factory=lambda: {})
 
 
 _runtime: _Runtime | None = None
 #: Executor ids of DBOS instances this process launched and destroyed: nothing drives
 #: their runs any more, though the process lives on.
 _PAST_EXECUTORS: set[str] = set()
+_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+
+
+def notify() -> None:
+    """Wake every ``wait_until``: a run of this process changed state."""
+    for loop, event in list(_waiters):
+        with contextlib.suppress(RuntimeError):  # that loop is closed
+            loop.call_soon_threadsafe(event.set)
+
+
+async def wait_until(done: Any) -> None:
+    """Return once ``done()`` holds, re-checking whenever a run of this process changes."""
+    entry = (asyncio.get_running_loop(), asyncio.Event())
+    _waiters.add(entry)
+    try:
+        while not done():
+            await entry[1].wait()
+            entry[1].clear()
+    finally:
+        _waiters.discard(entry)
 
 
 def executor_is_dead(executor_id: str) -> bool:
@@ -129,98 +165,116 @@ def runtime() -> _Runtime:
     return _runtime
 
 
-def send_cancel(run_id: str, topic: str) -> None:
-    """Wake a run waiting on ``topic`` with the cancellation message."""
-    DBOS.send(run_id, {CANCEL_KEY: True}, topic=topic)
-    woken(run_id, topic)
-
-
-def woken(run_id: str, topic: str) -> None:
-    """A message on ``topic`` was sent to ``run_id``: if this process drives the run and
-    it waits for that topic, it counts as running until it has taken the message."""
-    ctx = LIVE.get(run_id)
-    if ctx is not None:
-        ctx.woken(topic)
+async def wake(run_id: str) -> None:
+    """Wake the run's execution wherever it waits; if this process executes it, it
+    counts as running from now (``idle`` does not return before it took the news)."""
+    live = runtime().live.get(run_id)
+    if live is not None and live.state == "waiting":
+        live.set("running")
+    await DBOS.send_async(run_id, None, topic=WAKE)
 
 
 # -- the one DBOS workflow ---------------------------------------------------------------
 
 
-@DBOS.workflow(name=WORKFLOW_NAME, max_recovery_attempts=1_000_000)
-async def perdure_run(workflow: str, data: Any) -> Any:
-    """Run the perdure workflow ``workflow`` with the stored ``data`` as one DBOS workflow."""
+@DBOS.workflow(name=WORKFLOW_NAME, max_recovery_attempts=100)
+async def perdure_run(workflow: str, stored_input: Any) -> Any:
+    """Drive the perdure run (this workflow's id) to its end, waiting durably between."""
     run_id = cast(str, DBOS.workflow_id)
     rt = runtime()
-    ctx = DbosRunContext(run_id, rt.marks, rt.url)
-    LIVE[run_id] = ctx
+    live = Live(asyncio.current_task())
+    rt.live[run_id] = live
     STARTING.discard(run_id)
     notify()
-    token = current_run.set(ctx)
     try:
-        return await _run(ctx, get_workflow(workflow), data)
+        return await _execute(rt, run_id, workflow, stored_input, live)
     finally:
-        current_run.reset(token)
-        ctx.state = "done"
-        if LIVE.get(run_id) is ctx:
-            del LIVE[run_id]
+        live.set("done")
+        if rt.live.get(run_id) is live:
+            del rt.live[run_id]
 
 
-async def _run(ctx: DbosRunContext, wf: Workflow[..., Any], data: Any) -> Any:
-    decoded = from_jsonable(data, f"input of run {ctx.run_id!r}")
-    ctx.enter()
-    try:
-        result = await wf.fn(*decoded["args"], **(decoded.get("kwargs") or {}))
-    except Cancelled:
-        return await _cancelled(ctx)
-    except Exception as exc:
-        if ctx.broken is not None:
-            return await _park_broken(ctx)
-        error = error_info(exc)
-        if isinstance(exc, StepFailedError):
-            error.update(
-                step=exc.step_key,
-                attempts=exc.attempts,
-                cause={"type": exc.error_type, "message": exc.error_message},
-            )
-        raise StoredError(error["type"], error["message"], error) from None
-    if ctx.broken is not None:
-        return await _park_broken(ctx)
-    try:
-        encoded = to_jsonable(result, f"result of run {ctx.run_id!r}")
-    except SerializationError as exc:
-        info = error_info(exc)
-        raise StoredError(info["type"], info["message"], info) from None
-    return {"status": "succeeded", "result": encoded}
+async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live: Live) -> Any:
+    journal = DbosJournal(rt.marks, rt.url, run_id, lambda: rt.draining)
+    rows = await asyncio.to_thread(
+        status_rows,
+        _compat.system_engine(),
+        _compat.system_tables(),
+        WORKFLOW_NAME,
+        run_ids=[run_id],
+    )
+    created = _seconds(rows[0].created_ms) if rows else time.time()
+    carried: dict[str, Any] = {}
+    backoff = Backoff()
+    loaded = False
+    while True:
+        try:
+            try:
+                if not loaded:
+                    await journal.load(stored_input, created)
+                    loaded = True
+                end = journal.ended()
+                if end is not None:
+                    return _outcome(end)
+                await journal.take_admin()
+                journal.refresh(await asyncio.to_thread(rt.marks.apply, run_id, None))
+                live.set("running")
+                # Looked up at every drive, as on every backend: the code registered now
+                # (a deploy) replays the history, not the code the run started with.
+                wf = get_workflow(name)
+                status = await drive(journal, wf, stored_input, journal.history, carried=carried)
+            except CorruptHistoryError as exc:
+                log.error("run %s cannot be replayed: %s", run_id, exc)
+                status = await park_broken(journal, exc)
+            except (LeaseLostError, Drained):
+                raise
+            except Exception as exc:
+                if classify(exc) == "transient":
+                    log.warning("run %s: the database is away (%s); retrying", run_id, exc)
+                    await asyncio.sleep(backoff.delay())
+                    loaded = False
+                    continue
+                log.error("run %s: the database refused: %s; parking it", run_id, exc)
+                error = (
+                    exc
+                    if isinstance(exc, PerdureError)
+                    else SubstrateError(f"{type(exc).__name__}: {exc}")
+                )
+                status = await park_broken(journal, error)
+        except (LeaseLostError, Drained) as exc:
+            # Another executor has the run, or this process shuts down: leave the DBOS
+            # workflow PENDING for whoever recovers it; nothing more is written here.
+            log.info("run %s: %s; this execution stops", run_id, type(exc).__name__)
+            raise asyncio.CancelledError() from None
+        backoff.reset()
+        if status.terminal:
+            end = journal.ended()
+            assert end is not None
+            return _outcome(end)
+        update = journal.last_update
+        wake_at = update.wake_at if update is not None else None
+        timeout = FOREVER if wake_at is None else max(0.0, wake_at - time.time())
+        live.set("waiting")
+        try:
+            await DBOS.recv_async(WAKE, timeout)
+        except Exception as exc:
+            if classify(exc) != "transient":
+                raise
+            log.warning("run %s: the database is away (%s); retrying", run_id, exc)
+            await asyncio.sleep(backoff.delay())
+        # Every drive replays the history as stored, as on every backend: a row
+        # corrupted or repaired while the run waited is seen, not a copy in memory.
+        loaded = False
 
 
-async def _cancelled(ctx: DbosRunContext) -> Any:
-    try:
-        done = await ctx.compensate()
-    except StepFailedError as exc:
-        attention = {
-            "reason": "compensation-failed",
-            "step_key": exc.step_key,
-            "message": str(exc),
-        }
-        await asyncio.to_thread(ctx.marks.update, ctx.run_id, attention=attention)
-        ctx.state = "parked"
-        await asyncio.Event().wait()  # parked until an operator acts; never a wrong end
-        raise
-    await asyncio.to_thread(ctx.marks.update, ctx.run_id, waiting_for=None, wake_at=None)
-    return {"status": "cancelled", "compensated": done}
-
-
-async def _park_broken(ctx: DbosRunContext) -> Any:
-    """Replay disagreed with the history: park, never continue wrongly."""
-    assert ctx.broken is not None
-    broken = ctx.broken
-    attention: dict[str, Any] = {"reason": type(broken).__name__, "message": str(broken)}
-    if isinstance(broken, DeterminismError):
-        attention.update(reason="determinism", step_key=broken.step_key)
-    await asyncio.to_thread(ctx.marks.update, ctx.run_id, attention=attention)
-    ctx.state = "parked"
-    await asyncio.Event().wait()  # held until this process exits or compatible code resumes
-    return None
+def _outcome(end: Event) -> Any:
+    """What the DBOS workflow returns (or raises) for the run's end event."""
+    data: Any = end.data or {}
+    if end.kind is EventKind.RUN_SUCCEEDED:
+        return {"status": "succeeded", "result": data.get("result")}
+    if end.kind is EventKind.RUN_CANCELLED:
+        return {"status": "cancelled", "compensated": data.get("compensated")}
+    raise StoredError(str(data.get("type")), str(data.get("message")), data)
 
 
 # -- the backend --------------------------------------------------------------------------
@@ -229,10 +283,13 @@ async def _park_broken(ctx: DbosRunContext) -> Any:
 class DbosBackend(Backend):
     """perdure's ``Backend`` on DBOS Transact."""
 
-    def __init__(self, url: str, *, poll_interval: float = 0.2) -> None:
+    def __init__(
+        self, url: str, *, poll_interval: float = 0.2, grace_seconds: float = 30.0
+    ) -> None:
         self.parsed = DbosUrl.parse(url)
         self.url = url
         self.poll_interval = poll_interval
+        self.grace_seconds = grace_seconds
         self._opened = False
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -250,10 +307,18 @@ class DbosBackend(Backend):
             )
         _runtime.refs += 1
         self._opened = True
+        self.draining.clear()  # opened again after a drain: it takes work again
         await _compat.use_dbos_thread_pool()
 
     async def close(self) -> None:
+        await self.shutdown()
+
+    async def shutdown(self, *, grace: float | None = None) -> None:
+        """Drain, then close: drives stop before their next step (what runs finishes and
+        records, for up to ``grace`` seconds), and their DBOS workflows stay PENDING for
+        the next executor; nothing fails because this process stops."""
         global _runtime
+        self.draining.set()
         if not self._opened:
             return
         self._opened = False
@@ -261,18 +326,25 @@ class DbosBackend(Backend):
         rt.refs -= 1
         if rt.refs > 0:
             return
+        rt.draining = True
+        grace = self.grace_seconds if grace is None else grace
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                wait_until(lambda: all(lv.state != "running" for lv in rt.live.values())),
+                max(grace, 0.0),
+            )
         loop = asyncio.get_running_loop()
         tasks = [
-            ctx.task
-            for ctx in list(LIVE.values())
-            if ctx.task is not None and ctx.task.get_loop() is loop and not ctx.task.done()
+            lv.task
+            for lv in list(rt.live.values())
+            if lv.task is not None and lv.task.get_loop() is loop and not lv.task.done()
         ]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-        LIVE.clear()
+        rt.live.clear()
         _PAST_EXECUTORS.add(rt.executor_id)
         _runtime = None
         await asyncio.to_thread(DBOS.destroy)
@@ -315,33 +387,25 @@ class DbosBackend(Backend):
             status_rows, _compat.system_engine(), _compat.system_tables(), WORKFLOW_NAME
         )
         marks = await asyncio.to_thread(runtime().marks.get_many, [r.run_id for r in rows])
-        before = None if older_than is None else time.time() - older_than
+        wanted = run_filter(statuses=statuses, older_than=older_than, workflow=workflow)
         out: list[RunInfo] = []
         for st in rows:
             info = _listed(st, marks.get(st.run_id))
-            if statuses is not None and info.status not in statuses:
-                continue
-            if workflow is not None and info.workflow != workflow:
-                continue
-            if before is not None and info.updated_at > before:
-                continue
-            out.append(info)
-            if len(out) >= limit:
-                break
+            if wanted(info):
+                out.append(info)
+                if len(out) >= limit:
+                    break
         return out
 
     async def history(self, run_id: str) -> list[Event]:
         st = await self._status(run_id)
-        info = _info(st, await asyncio.to_thread(runtime().marks.get, run_id))
-        steps = await asyncio.to_thread(_steps, run_id)
-        keyed = await asyncio.to_thread(runtime().marks.list_keyed, run_id)
-        for key, env, at in keyed:
-            steps.append({"function_name": key, "output": env, "completed_at_epoch_ms": at * 1000})
-        # Stable: rows of one millisecond keep DBOS's step order.
-        steps.sort(
-            key=lambda s: s.get("completed_at_epoch_ms") or s.get("started_at_epoch_ms") or 0
+        stored_input = _stored_input(st)
+        found, _ = await asyncio.to_thread(
+            read_history, run_id, stored_input, _seconds(st.created_ms)
         )
-        return _history(info, steps)
+        if isinstance(found, CorruptHistoryError):
+            raise found
+        return found[0]
 
     # -- writing ------------------------------------------------------------------------
 
@@ -355,15 +419,17 @@ class DbosBackend(Backend):
         parent_run_id: str | None = None,
     ) -> RunHandle:
         await self.open()
-        data = to_jsonable({"args": list(args), "kwargs": kwargs}, f"input of run {run_id!r}")
-        marks = runtime().marks
+        stored = events.encode_input(run_id, args, kwargs)
+        rt = runtime()
         await asyncio.to_thread(
-            marks.insert, run_id, workflow.name, workflow.code_version, parent_run_id
+            rt.marks.insert, run_id, workflow.name, workflow.code_version, parent_run_id
         )
+        if rt.draining:
+            return RunHandle(self, run_id)
         STARTING.add(run_id)
         try:
             with SetWorkflowID(run_id):
-                handle = await DBOS.start_workflow_async(perdure_run, workflow.name, data)
+                handle = await DBOS.start_workflow_async(perdure_run, workflow.name, stored)
         except BaseException:
             STARTING.discard(run_id)
             raise
@@ -381,61 +447,49 @@ class DbosBackend(Backend):
         by: str | None = None,
         authorization: dict[str, Any] | None = None,
     ) -> None:
+        if name.startswith("__perdure"):
+            raise InvalidInputError("signal name", name, "names starting __perdure are reserved")
         data = to_jsonable(payload, f"payload of signal {name!r} to run {run_id!r}")
-        await self._status(run_id)
-        message: dict[str, Any] = {"payload": data, "sent_by": by, "sent_at": time.time()}
-        if authorization is not None:
-            message["decision"] = authorization
+        info = await self.get_run(run_id)
+        marks = runtime().marks
         if approvals.is_approval(name):
-            # An answer to an approval request: only while the run waits on it, and the
-            # one conditional update of its mark lets exactly one answer through.
-            marks = runtime().marks
-            info = await self.get_run(run_id)
+            # An answer to an approval request: only while the run waits on it, and one
+            # conditional write lets exactly one answer through (``approvals``).
             mark = await asyncio.to_thread(marks.get, run_id)
             waiting = None if mark is None else mark.waiting_for
             topic = approvals.answer_channel(run_id, info.status, waiting, name)
-            if not await asyncio.to_thread(marks.take_signal, run_id, topic):
+            if not await asyncio.to_thread(
+                marks.deliver_answer, run_id, topic, data, by, authorization
+            ):
                 raise ApprovalNotPendingError(
                     run_id, approvals.request_of(topic), "another answer was taken first"
                 )
-            await DBOS.send_async(run_id, message, topic=topic)
-            woken(run_id, topic)
-            return
-        await DBOS.send_async(run_id, message, topic=name)
-        woken(run_id, name)
-        await asyncio.to_thread(runtime().marks.take_signal, run_id, name)
+        else:
+            guards.check_can_signal(run_id, info.status)
+            await asyncio.to_thread(marks.deliver, run_id, name, data, by, authorization)
+        await wake(run_id)
 
     async def cancel(self, run_id: str) -> RunInfo:
         info = await self.get_run(run_id)
-        if info.status.terminal:
-            return info
-        marks = runtime().marks
-        await asyncio.to_thread(marks.update, run_id, cancel_requested=True)
-        mark = await asyncio.to_thread(marks.get, run_id)
-        if mark is not None and mark.waiting_for:
-            await asyncio.to_thread(send_cancel, run_id, mark.waiting_for)
-        if (
-            mark is not None
-            and mark.attention
-            and mark.attention.get("reason") == ("unknown-outcome")
-        ):
-            topic = f"{RECONCILE_TOPIC}{mark.attention.get('step_key')}"
-            await asyncio.to_thread(send_cancel, run_id, topic)
+        guards.check_can_cancel(run_id, info.status)
+        await asyncio.to_thread(runtime().marks.request_cancel, run_id)
+        await wake(run_id)
+        return await self.get_run(run_id)
+
+    async def _admin(self, run_id: str, event: Any) -> RunInfo:
+        """Hand an operator's record to the run (it appends it at its next drive) and
+        make the run due now."""
+        rt = runtime()
+        await asyncio.to_thread(
+            rt.marks.deliver, run_id, ADMIN, [pack(event, time.time())], None, None
+        )
+        await asyncio.to_thread(rt.marks.apply, run_id, RunUpdate(RunStatus.SUSPENDED))
+        await wake(run_id)
         return await self.get_run(run_id)
 
     async def resume(self, run_id: str) -> RunInfo:
-        info = await self.get_run(run_id)
-        if info.attention and info.attention.get("reason") == "unknown-outcome":
-            raise InvalidRunStateError(
-                f"run {run_id!r} waits for the outcome of step "
-                f"{info.attention.get('step_key')!r}; use reconcile, not resume"
-            )
-        if info.status not in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION):
-            raise InvalidRunStateError(
-                f"run {run_id!r} is {info.status.value}; only suspended or parked runs resume"
-            )
-        await asyncio.to_thread(runtime().marks.update, run_id, attention=None)
-        return await self.get_run(run_id)
+        guards.check_can_resume(await self.get_run(run_id))
+        return await self._admin(run_id, events.resumed())
 
     async def reconcile(
         self,
@@ -448,22 +502,11 @@ class DbosBackend(Backend):
         by: str | None = None,
         authorization: dict[str, Any] | None = None,
     ) -> RunInfo:
-        info = await self.get_run(run_id)
-        parked = (info.attention or {}).get("step_key")
-        if info.status is not RunStatus.NEEDS_ATTENTION or parked != step_key:
-            raise InvalidRunStateError(
-                f"run {run_id!r} has no unknown outcome at step {step_key!r} "
-                f"(status {info.status.value}, parked step {parked!r})"
-            )
-        decision: dict[str, Any] = {"outcome": outcome, "by": by, "message": message}
-        if authorization is not None:
-            decision["decision"] = authorization
-        if outcome == "succeeded":
-            decision["result"] = to_jsonable(result, f"reconciled result of step {step_key!r}")
-        await DBOS.send_async(run_id, decision, topic=f"{RECONCILE_TOPIC}{step_key}")
-        woken(run_id, f"{RECONCILE_TOPIC}{step_key}")
-        await asyncio.to_thread(runtime().marks.update, run_id, attention=None)
-        return await self.get_run(run_id)
+        guards.check_can_reconcile(await self.get_run(run_id), step_key)
+        verdict = events.reconciled(
+            step_key, outcome, result=result, message=message, by=by, authorization=authorization
+        )
+        return await self._admin(run_id, verdict)
 
     # -- driving ------------------------------------------------------------------------
 
@@ -475,7 +518,7 @@ class DbosBackend(Backend):
             info = await self.get_run(run_id)
             if info.status in STOPPED:
                 return info
-            if drive and run_id not in LIVE:
+            if drive and run_id not in runtime().live:
                 await self._try_take(info)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"run {run_id!r} still {info.status.value} after {timeout}s")
@@ -483,8 +526,9 @@ class DbosBackend(Backend):
 
     async def idle(self) -> None:
         """Return once every run this process drives is at its next stop."""
+        rt = runtime()
         await wait_until(
-            lambda: not STARTING and all(ctx.state != "running" for ctx in LIVE.values())
+            lambda: not STARTING and all(lv.state != "running" for lv in rt.live.values())
         )
 
     async def serve(self, *, stop: asyncio.Event, concurrency: int = 100) -> None:
@@ -494,7 +538,9 @@ class DbosBackend(Backend):
                 raise ConfigurationError(
                     "this worker has no registered workflows; import the module that defines them"
                 )
-            await self.recover_dead(limit=max(0, concurrency - len(LIVE)))
+            # A run waiting for a signal or a timer holds no slot.
+            busy = sum(1 for lv in runtime().live.values() if lv.state == "running")
+            await self.recover_dead(limit=max(0, concurrency - busy))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.poll_interval)
 
@@ -523,7 +569,8 @@ class DbosBackend(Backend):
 
     async def _try_take_status(self, st: StatusRow) -> bool:
         dead = st.executor_id
-        if st.status != "PENDING" or not dead or dead == self.executor_id:
+        rt = runtime()
+        if rt.draining or st.status != "PENDING" or not dead or dead == rt.executor_id:
             return False
         if not executor_is_dead(dead):
             return False
@@ -534,48 +581,12 @@ class DbosBackend(Backend):
         except PerdureError as exc:
             log.error("not recovering run %s: %s", st.run_id, exc)
             return False
-        mark = await asyncio.to_thread(runtime().marks.get, st.run_id)
+        mark = await asyncio.to_thread(rt.marks.get, st.run_id)
         if mark is None or mark.workflow not in registered_workflows():
             return False
         return await asyncio.to_thread(
-            _compat.take_over, st.run_id, dead, self.executor_id, application_version()
+            _compat.take_over, st.run_id, dead, rt.executor_id, application_version()
         )
-
-
-def inbox() -> sa.Table:
-    """DBOS's notifications table (messages sent to workflows)."""
-    return cast(sa.Table, _compat.system_tables().notifications)
-
-
-def recorded_at(run_id: str, function_id: int) -> bool:
-    """Whether DBOS recorded the operation ``function_id`` of ``run_id``."""
-    from perdure_dbos._records import recorded_at as recorded
-
-    return recorded(_compat.system_engine(), _compat.system_tables(), run_id, function_id)
-
-
-def _steps(run_id: str) -> list[dict[str, Any]]:
-    """The run's DBOS steps with their outputs decoded by perdure (a foreign or corrupt
-    row raises, naming the run and the row)."""
-    out: list[dict[str, Any]] = []
-    for row in step_rows(_compat.system_engine(), _compat.system_tables(), run_id):
-        output = decode(run_id, "operation_outputs", row.function_id, row.serialization, row.output)
-        decode(run_id, "operation_outputs", row.function_id, row.serialization, row.error)
-        out.append(
-            {
-                "function_id": row.function_id,
-                "function_name": row.function_name,
-                "output": output,
-                "started_at_epoch_ms": row.started_ms,
-                "completed_at_epoch_ms": row.completed_ms,
-            }
-        )
-    return out
-
-
-def check_steps(run_id: str) -> None:
-    """Read back every recorded step of ``run_id``; raise for the first bad row."""
-    _steps(run_id)
 
 
 def _sqlite_wal(path: str) -> None:
@@ -595,7 +606,8 @@ def _launch(parsed: DbosUrl) -> _Runtime:
         "system_database_url": parsed.system_database_url,
         "application_version": application_version(),
         "executor_id": executor_id,
-        "serializer": JsonSerializer(),
+        # Portable JSON: DBOS's own CLI and API decode every perdure record.
+        "serializer": DBOSPortableJSONSerializer(),
         "log_level": os.environ.get("PERDURE_DBOS_LOG_LEVEL", "WARNING"),
         "notification_listener_polling_interval_sec": 0.05,
         "enable_otlp": False,
@@ -638,6 +650,11 @@ def _inputs(st: StatusRow) -> list[Any]:
     return []
 
 
+def _stored_input(st: StatusRow) -> Any:
+    args = _inputs(st)
+    return args[1] if len(args) > 1 else None
+
+
 def _listed(st: StatusRow, mark: Mark | None) -> RunInfo:
     """``_info``, or for a row perdure cannot or will not read, the run shown as needing
     attention with the reason ``corrupt``: one bad row must not hide the others."""
@@ -655,15 +672,25 @@ def _listed(st: StatusRow, mark: Mark | None) -> RunInfo:
         )
 
 
+def _error(st: StatusRow) -> dict[str, Any]:
+    err: Any = decode(st.run_id, "workflow_status", None, st.serialization, st.error)
+    if isinstance(err, dict):
+        if isinstance(err.get("data"), dict):  # DBOS's portable error: {name, message, data}
+            return cast(dict[str, Any], err["data"])
+        return {"type": str(err.get("name") or err.get("type")), "message": str(err.get("message"))}
+    if isinstance(err, StoredError):
+        return err.error
+    return {"type": type(err).__name__, "message": str(err)}
+
+
 def _info(st: StatusRow, mark: Mark | None) -> RunInfo:
     args = _inputs(st)
     workflow = mark.workflow if mark is not None else (str(args[0]) if args else "?")
-    data = args[1] if len(args) > 1 else None
     info = RunInfo(
         run_id=st.run_id,
         workflow=workflow,
         status=RunStatus.RUNNING,
-        input=data,
+        input=args[1] if len(args) > 1 else None,
         created_at=_seconds(st.created_ms),
         updated_at=max(_seconds(st.updated_ms), mark.updated_at if mark else 0.0),
         code_version=mark.code_version if mark else st.app_version,
@@ -682,26 +709,21 @@ def _info(st: StatusRow, mark: Mark | None) -> RunInfo:
             info.result = out.get("result")
     elif status == "ERROR":
         info.status = RunStatus.FAILED
-        err = decode(st.run_id, "workflow_status", None, st.serialization, st.error)
-        if isinstance(err, StoredError):
-            info.error = err.error
-        else:
-            info.error = {"type": type(err).__name__, "message": str(err)}
+        info.error = _error(st)
     elif status == "CANCELLED":
         info.status = RunStatus.CANCELLED
     elif status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED":
         info.status = RunStatus.NEEDS_ATTENTION
         info.attention = {"reason": "max-recovery-attempts", "message": "DBOS dead-lettered it"}
-    elif mark is not None and mark.attention:
-        info.status = RunStatus.NEEDS_ATTENTION
-        info.attention = mark.attention
-    elif mark is not None and (mark.waiting_for or mark.wake_at):
-        info.status = RunStatus.SUSPENDED
+    elif mark is not None:
+        info.status = RunStatus(mark.status)
         info.waiting_for = mark.waiting_for
         info.wake_at = mark.wake_at
-        info.attention = mark.details
-    elif status == "ENQUEUED":
-        info.status = RunStatus.PENDING
+        info.attention = mark.attention
+        info.result = mark.result
+        info.error = mark.error
+        if status == "ENQUEUED" and info.status is RunStatus.RUNNING:
+            info.status = RunStatus.PENDING
     if not info.status.terminal and info.status is not RunStatus.SUSPENDED:
         executor = st.executor_id or ""
         if executor and executor_is_dead(executor):
@@ -710,129 +732,6 @@ def _info(st: StatusRow, mark: Mark | None) -> RunInfo:
                 f"{workflow!r} (application version {st.app_version}) will recover it"
             )
     return approvals.present(info)
-
-
-def _history(info: RunInfo, steps: list[Any]) -> list[Event]:
-    events: list[Event] = []
-
-    def add(
-        kind: EventKind,
-        at: float,
-        key: str | None = None,
-        name: str | None = None,
-        data: Any = None,
-    ) -> None:
-        events.append(Event(info.run_id, len(events) + 1, kind, at, key, name, data))
-
-    add(EventKind.RUN_STARTED, info.created_at, data={"input": info.input})
-    wait: tuple[str, dict[str, Any]] | None = None
-    for step in steps:
-        fname = str(step["function_name"])
-        at = _seconds(step.get("completed_at_epoch_ms") or step.get("started_at_epoch_ms"))
-        out = step.get("output")
-        if fname == "DBOS.recv" and wait is not None:
-            key, env = wait
-            wait = None
-            msg: dict[str, Any] = out if isinstance(out, dict) else {}
-            if env["t"] == "park":
-                add(EventKind.RECONCILED, at, key, key.partition(":")[2], msg)
-            elif out is None:
-                add(
-                    EventKind.SIGNAL_RECEIVED,
-                    at,
-                    key,
-                    env.get("name"),
-                    {"timed_out": True, "timeout": env.get("deadline")},
-                )
-            else:
-                data = {k: msg.get(k) for k in ("payload", "sent_by", "sent_at")}
-                if msg.get("decision") is not None:
-                    data["decision"] = msg["decision"]
-                sent_at = float(msg.get("sent_at") or 0)
-                data["waited"] = round(max(0.0, sent_at - float(env.get("_at") or sent_at)), 6)
-                if env.get("name") == approvals.APPROVAL:
-                    data["request_id"] = approvals.request_id(info.run_id, key)
-                add(EventKind.SIGNAL_RECEIVED, at, key, env.get("name"), data)
-            continue
-        if not isinstance(out, dict) or "t" not in out:
-            continue
-        env = cast(dict[str, Any], out)
-        t = env["t"]
-        name = env.get("name")
-        if t == "ok":
-            data = {k: env.get(k) for k in ("result", "attempt", "kind", "duration")}
-            add(EventKind.STEP_COMPLETED, at, fname, name, data)
-        elif t == "error":
-            if env.get("final"):
-                add(
-                    EventKind.STEP_FAILED,
-                    at,
-                    fname,
-                    name,
-                    {
-                        "attempts": env.get("attempt"),
-                        "error": env.get("error"),
-                        "kind": env.get("kind"),
-                    },
-                )
-            else:
-                add(
-                    EventKind.ATTEMPT_FAILED,
-                    at,
-                    fname,
-                    name,
-                    {
-                        "attempt": env.get("attempt"),
-                        "error": env.get("error"),
-                        "retry_in": env.get("retry_in"),
-                    },
-                )
-        elif t == "intent":
-            add(EventKind.INTENT, at, fname, name, {"attempt": env.get("attempt")})
-        elif t == "wait":
-            env = {**env, "_at": at}
-            add(
-                EventKind.SUSPENDED,
-                at,
-                fname,
-                name,
-                {
-                    "waiting_for": name,
-                    "wake_at": env.get("deadline"),
-                    "details": env.get("details"),
-                    **(
-                        {"request_id": approvals.request_id(info.run_id, fname)}
-                        if name == approvals.APPROVAL
-                        else {}
-                    ),
-                },
-            )
-            wait = (fname, env)
-        elif t == "park":
-            add(EventKind.NEEDS_ATTENTION, at, fname, None, env.get("attention"))
-            wait = (fname, env)
-        elif t == "timer":
-            add(
-                EventKind.TIMER_STARTED,
-                at,
-                fname,
-                "sleep",
-                {"seconds": env.get("seconds"), "wake_at": env.get("wake_at")},
-            )
-    end = info.updated_at
-    if info.status is RunStatus.SUCCEEDED:
-        add(EventKind.RUN_SUCCEEDED, end, data={"result": info.result})
-    elif info.status is RunStatus.FAILED:
-        add(EventKind.RUN_FAILED, end, data=info.error)
-    elif info.status is RunStatus.CANCELLED:
-        add(EventKind.RUN_CANCELLED, end)
-    elif (
-        info.status is RunStatus.NEEDS_ATTENTION
-        and info.attention
-        and not any(e.kind is EventKind.NEEDS_ATTENTION for e in events)
-    ):
-        add(EventKind.NEEDS_ATTENTION, end, info.attention.get("step_key"), None, info.attention)
-    return events
 
 
 def state_url(url: str) -> str:

@@ -126,6 +126,18 @@ async def use_dbos_thread_pool() -> None:
     await DBOS._configure_asyncio_thread_pool()  # pyright: ignore[reportPrivateUsage]
 
 
+def skip_operations_to(function_id: int) -> None:
+    """Let the current workflow execution's next DBOS operation take the id after
+    ``function_id``: the operations up to it are recorded, and perdure replays them from
+    its own reading of the rows, not through DBOS (never backwards)."""
+    from dbos._context import get_local_dbos_context
+
+    ctx = get_local_dbos_context()
+    if ctx is None:
+        raise RuntimeError("not inside a DBOS workflow execution")
+    ctx.function_id = max(int(ctx.function_id), function_id)
+
+
 def current_function_id() -> int | None:
     """The id of the DBOS operation the current workflow execution last reached."""
     from dbos._context import get_local_dbos_context
@@ -139,6 +151,7 @@ __all__ = [
     "current_function_id",
     "pickle_refused",
     "refuse_pickle",
+    "skip_operations_to",
     "system_engine",
     "system_tables",
     "take_over",

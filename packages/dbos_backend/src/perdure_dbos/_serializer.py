@@ -20,6 +20,8 @@ class StoredError(PerdureError):
         self.error_type = error_type
         self.error_message = message
         self.error = error or {"type": error_type, "message": message}
+        #: What DBOS's portable JSON keeps of an exception (``{name, message, data}``).
+        self.data = self.error
 
 
 class CorruptValueError(SerializationError):

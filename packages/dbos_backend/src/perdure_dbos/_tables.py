@@ -1,7 +1,11 @@
-"""perdure's own small table next to DBOS's system tables: what DBOS does not record.
+"""perdure's two small tables next to DBOS's system tables: what DBOS does not record.
 
-One row per run: the perdure workflow name and code version, what the run waits for
-(suspended), why it is parked (needs-attention) and whether cancellation was requested.
+``perdure_dbos_runs``: one row per run, the perdure side of its status (workflow name,
+code version, the last ``RunUpdate`` of a drive: suspended for what, parked why, the
+result) and whether cancellation was asked for. ``perdure_dbos_inbox``: signals and
+operators' records (``resume``, ``reconcile``) sent to a run, with ids; a drive takes
+each at most once, by id, in the history it records (never by a flag here, which a
+crash could set without the record).
 """
 
 from __future__ import annotations
@@ -13,7 +17,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-SYNC_COLUMNS = ("waiting_for", "wake_at", "attention", "cancel_requested", "details")
+from perdure.records import RunStatus, SignalRecord
+from perdure.store import RunUpdate
+
+#: The ``name`` of an inbox row that holds an operator's events, not a signal.
+ADMIN = "__perdure_admin__"
 
 
 @dataclass(slots=True)
@@ -24,79 +32,55 @@ class Mark:
     workflow: str
     code_version: str | None
     parent_run_id: str | None
+    status: str
     waiting_for: str | None
     wake_at: float | None
     attention: dict[str, Any] | None
-    details: dict[str, Any] | None
+    result: Any
+    error: dict[str, Any] | None
     cancel_requested: bool
     updated_at: float
 
 
 class Marks:
-    """Reads and writes the ``perdure_runs`` table through DBOS's own engine."""
+    """Reads and writes perdure's tables through DBOS's own engine."""
 
     def __init__(self, engine: sa.Engine, schema: str | None) -> None:
         self.engine = engine
         meta = sa.MetaData(schema=schema)
         self.table = sa.Table(
-            "perdure_runs",
+            "perdure_dbos_runs",
             meta,
             sa.Column("run_id", sa.Text, primary_key=True),
             sa.Column("workflow", sa.Text, nullable=False),
             sa.Column("code_version", sa.Text),
             sa.Column("parent_run_id", sa.Text),
+            sa.Column("status", sa.Text, nullable=False),
             sa.Column("waiting_for", sa.Text),
             sa.Column("wake_at", sa.Float),
             sa.Column("attention", sa.Text),
-            sa.Column("details", sa.Text),
+            sa.Column("result", sa.Text),
+            sa.Column("error", sa.Text),
             sa.Column("cancel_requested", sa.Integer, nullable=False, server_default="0"),
             sa.Column("updated_at", sa.Float, nullable=False),
         )
-        self.keyed = sa.Table(
-            "perdure_keyed_steps",
+        self.inbox = sa.Table(
+            "perdure_dbos_inbox",
             meta,
-            sa.Column("run_id", sa.Text, primary_key=True),
-            sa.Column("step_key", sa.Text, primary_key=True),
-            sa.Column("envelope", sa.Text, nullable=False),
-            sa.Column("at", sa.Float, nullable=False),
+            sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+            sa.Column("run_id", sa.Text, nullable=False, index=True),
+            sa.Column("name", sa.Text, nullable=False),
+            sa.Column("payload", sa.Text),
+            sa.Column("sent_by", sa.Text),
+            sa.Column("sent_at", sa.Float, nullable=False),
+            sa.Column("authorization", sa.Text),
         )
         self.meta = meta
 
-    def get_keyed(self, run_id: str, key: str) -> dict[str, Any] | None:
-        """The recorded envelope of the keyed step ``key`` (see ``perdure.keyed``)."""
-        k = self.keyed
-        with self.engine.connect() as c:
-            row = c.execute(
-                sa.select(k.c.envelope).where(k.c.run_id == run_id, k.c.step_key == key)
-            ).first()
-        return None if row is None else json.loads(row[0])
-
-    def put_keyed(self, run_id: str, key: str, envelope: dict[str, Any]) -> None:
-        k = self.keyed
-        text = json.dumps(envelope)
-        with self.engine.begin() as c:
-            done = c.execute(
-                sa.update(k)
-                .where(k.c.run_id == run_id, k.c.step_key == key)
-                .values(envelope=text, at=time.time())
-            )
-            if done.rowcount == 0:
-                c.execute(
-                    sa.insert(k).values(run_id=run_id, step_key=key, envelope=text, at=time.time())
-                )
-
-    def list_keyed(self, run_id: str) -> list[tuple[str, dict[str, Any], float]]:
-        k = self.keyed
-        with self.engine.connect() as c:
-            rows = c.execute(
-                sa.select(k.c.step_key, k.c.envelope, k.c.at)
-                .where(k.c.run_id == run_id)
-                .order_by(k.c.at)
-            ).all()
-        return [(str(r[0]), json.loads(r[1]), float(r[2])) for r in rows]
-
     def create(self) -> None:
         self.meta.create_all(self.engine, checkfirst=True)
+
+    # -- runs ----------------------------------------------------------------------------
 
     def insert(
         self, run_id: str, workflow: str, code_version: str | None, parent: str | None
@@ -111,64 +95,50 @@ class Marks:
                         workflow=workflow,
                         code_version=code_version,
                         parent_run_id=parent,
+                        status=RunStatus.PENDING.value,
                         cancel_requested=0,
                         updated_at=time.time(),
                     )
                 )
 
-    def update(self, run_id: str, **values: Any) -> None:
-        for key in ("attention", "details"):
-            if key in values and values[key] is not None:
-                values[key] = json.dumps(values[key])
-        if "cancel_requested" in values:
-            values["cancel_requested"] = int(bool(values["cancel_requested"]))
-        values["updated_at"] = time.time()
-        with self.engine.begin() as c:
-            c.execute(sa.update(self.table).where(self.table.c.run_id == run_id).values(**values))
-
-    def suspend(
-        self,
-        run_id: str,
-        topic: str,
-        *,
-        wake_at: float | None,
-        details: dict[str, Any] | None,
-        inbox: sa.Table,
-    ) -> bool:
-        """Show the run as waiting for ``topic`` unless a message on it already waits in
-        DBOS's ``inbox`` (its notifications table); one statement, so a sender that
-        delivers and then calls ``take_signal`` never leaves a stale wait behind."""
+    def apply(self, run_id: str, update: RunUpdate | None) -> bool:
+        """Write a drive's ``update`` (or, with None, show the run running); return
+        whether cancellation was asked for, read in the same transaction."""
         t = self.table
-        pending = (
-            sa.select(inbox.c.message_uuid)
-            .where(
-                inbox.c.destination_uuid == run_id,
-                inbox.c.topic == topic,
-                inbox.c.consumed.is_(False),
+        values: dict[str, Any] = {"updated_at": time.time()}
+        if update is None:
+            values.update(
+                status=RunStatus.RUNNING.value, waiting_for=None, wake_at=None, attention=None
             )
-            .exists()
-        )
-        values: dict[str, Any] = {
-            "waiting_for": topic,
-            "wake_at": wake_at,
-            "details": json.dumps(details) if details is not None else None,
-            "updated_at": time.time(),
-        }
+        else:
+            values.update(
+                status=update.status.value,
+                waiting_for=update.waiting_for,
+                wake_at=update.wake_at,
+                attention=_dump(update.attention),
+                result=_dump(update.result),
+                error=_dump(update.error),
+            )
         with self.engine.begin() as c:
-            done = c.execute(sa.update(t).where(t.c.run_id == run_id, ~pending).values(**values))
-        return done.rowcount > 0
+            c.execute(sa.update(t).where(t.c.run_id == run_id).values(**values))
+            flag = c.execute(sa.select(t.c.cancel_requested).where(t.c.run_id == run_id)).scalar()
+        return bool(flag)
 
-    def take_signal(self, run_id: str, topic: str) -> bool:
-        """A message on ``topic`` was delivered: the run no longer waits for it. Whether
-        it was waiting (one statement: of two callers for one topic, one gets True)."""
+    def cancel_requested(self, run_id: str) -> bool:
+        t = self.table
+        with self.engine.connect() as c:
+            return bool(
+                c.execute(sa.select(t.c.cancel_requested).where(t.c.run_id == run_id)).scalar()
+            )
+
+    def request_cancel(self, run_id: str) -> None:
         t = self.table
         with self.engine.begin() as c:
-            done = c.execute(
+            c.execute(
                 sa.update(t)
-                .where(t.c.run_id == run_id, t.c.waiting_for == topic)
-                .values(waiting_for=None, wake_at=None, details=None, updated_at=time.time())
+                .where(t.c.run_id == run_id)
+                .values(cancel_requested=1, updated_at=time.time())
             )
-        return done.rowcount > 0
 
     def get(self, run_id: str) -> Mark | None:
         with self.engine.connect() as c:
@@ -176,8 +146,6 @@ class Marks:
         return None if row is None else _mark(row._mapping)
 
     def get_many(self, run_ids: list[str]) -> dict[str, Mark]:
-        if not run_ids:
-            return {}
         out: dict[str, Mark] = {}
         with self.engine.connect() as c:
             for i in range(0, len(run_ids), 500):
@@ -189,6 +157,89 @@ class Marks:
                     out[m.run_id] = m
         return out
 
+    # -- inbox ---------------------------------------------------------------------------
+
+    def deliver(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any,
+        sent_by: str | None,
+        authorization: dict[str, Any] | None = None,
+    ) -> int:
+        """Put a signal (or, under ``ADMIN``, an operator's events) in the run's inbox."""
+        i = self.inbox
+        with self.engine.begin() as c:
+            done = c.execute(
+                sa.insert(i).values(
+                    run_id=run_id,
+                    name=name,
+                    payload=json.dumps(payload),
+                    sent_by=sent_by,
+                    sent_at=time.time(),
+                    authorization=_dump(authorization),
+                )
+            )
+            key = done.inserted_primary_key
+        return int(key[0]) if key is not None else 0
+
+    def deliver_answer(
+        self,
+        run_id: str,
+        topic: str,
+        payload: Any,
+        sent_by: str | None,
+        authorization: dict[str, Any] | None = None,
+    ) -> bool:
+        """Store the answer to the approval request whose channel is ``topic``, only while
+        the run waits on it; one transaction, so of two answers exactly one is stored."""
+        t, i = self.table, self.inbox
+        with self.engine.begin() as c:
+            done = c.execute(
+                sa.update(t)
+                .where(t.c.run_id == run_id, t.c.waiting_for == topic)
+                .values(waiting_for=None, attention=None, updated_at=time.time())
+            )
+            if done.rowcount != 1:
+                return False
+            c.execute(
+                sa.insert(i).values(
+                    run_id=run_id,
+                    name=topic,
+                    payload=json.dumps(payload),
+                    sent_by=sent_by,
+                    sent_at=time.time(),
+                    authorization=_dump(authorization),
+                )
+            )
+        return True
+
+    def waiting(
+        self, run_id: str, name: str, taken: set[int], *, after: int = 0
+    ) -> list[SignalRecord]:
+        """Inbox rows ``name`` of ``run_id`` not in ``taken``, oldest first."""
+        i = self.inbox
+        query = (
+            sa.select(i.c.id, i.c.payload, i.c.sent_by, i.c.sent_at, i.c.authorization)
+            .where(i.c.run_id == run_id, i.c.name == name, i.c.id > after)
+            .order_by(i.c.id)
+        )
+        with self.engine.connect() as c:
+            rows = c.execute(query).all()
+        return [
+            SignalRecord(int(r[0]), run_id, name, json.loads(r[1]), r[2], float(r[3]), _load(r[4]))
+            for r in rows
+            if int(r[0]) not in taken
+        ]
+
+
+def _dump(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
 
 def _mark(m: Any) -> Mark:
     return Mark(
@@ -196,10 +247,12 @@ def _mark(m: Any) -> Mark:
         workflow=m["workflow"],
         code_version=m["code_version"],
         parent_run_id=m["parent_run_id"],
+        status=m["status"],
         waiting_for=m["waiting_for"],
         wake_at=m["wake_at"],
-        attention=json.loads(m["attention"]) if m["attention"] else None,
-        details=json.loads(m["details"]) if m["details"] else None,
+        attention=_load(m["attention"]),
+        result=_load(m["result"]),
+        error=_load(m["error"]),
         cancel_requested=bool(m["cancel_requested"]),
         updated_at=float(m["updated_at"]),
     )

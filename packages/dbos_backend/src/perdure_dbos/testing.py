@@ -23,30 +23,48 @@ def dbos_postgresql_url(tmp_path: Path) -> Generator[str]:
         yield f"dbos+{url}"
 
 
-def corrupt_step(url: str, run_id: str, step_id: int) -> None:
-    """Overwrite DBOS step ``step_id`` of ``run_id`` with text that is not JSON, behind
-    DBOS's back: the corrupter of both DBOS stores (entry-point group
-    ``perdure.test_corrupters``) for the conformance scenario on corrupt history rows."""
+def corrupt_step(url: str, run_id: str, seq: int) -> None:
+    """Overwrite the DBOS step row that records history event ``seq`` of ``run_id`` with
+    text that is not JSON, behind DBOS's back: the corrupter of both DBOS stores
+    (entry-point group ``perdure.test_corrupters``) for the conformance scenario on
+    corrupt history rows. Seq 0 (the input) is the workflow's own row, not a step."""
+    import json
+
     import sqlalchemy as sa
 
     from perdure_dbos._backend import DbosUrl
 
     parsed = DbosUrl.parse(url)
     system = parsed.system_database_url
+    schema = parsed.schema
     if system.startswith("postgresql://"):
         system = "postgresql+psycopg://" + system.removeprefix("postgresql://")
+        schema = schema or "dbos"
     engine = sa.create_engine(system)
     try:
-        table = sa.Table(
-            "operation_outputs", sa.MetaData(schema=parsed.schema), autoload_with=engine
-        )
+        table = sa.Table("operation_outputs", sa.MetaData(schema=schema), autoload_with=engine)
         with engine.begin() as conn:
-            done = conn.execute(
-                sa.update(table)
-                .where(table.c.workflow_uuid == run_id, table.c.function_id == step_id)
-                .values(output="{not json")
-            )
-            if done.rowcount != 1:
-                raise LookupError(f"{url}: run {run_id!r} has no DBOS step #{step_id}")
+            rows = conn.execute(
+                sa.select(table.c.function_id, table.c.output)
+                .where(table.c.workflow_uuid == run_id)
+                .order_by(table.c.function_id)
+            ).all()
+            seen = 0
+            for function_id, output in rows:
+                try:
+                    record = json.loads(output) if output else None
+                except ValueError:  # corrupted before: it still stands for its events
+                    record = {"events": [None]}
+                if not isinstance(record, dict) or "events" not in record:
+                    continue
+                seen += len(record["events"])  # pyright: ignore[reportUnknownArgumentType]
+                if seen >= seq:
+                    conn.execute(
+                        sa.update(table)
+                        .where(table.c.workflow_uuid == run_id, table.c.function_id == function_id)
+                        .values(output="{not json")
+                    )
+                    return
     finally:
         engine.dispose()
+    raise LookupError(f"{url}: run {run_id!r} has no DBOS step recording event #{seq}")

@@ -1,0 +1,241 @@
+"""``DbosJournal``: perdure's ``Journal`` on DBOS steps, and a run's history read back.
+
+Each append is one DBOS step of the run's workflow, named by the perdure step it
+records, whose output (DBOS's portable JSON) is the list of perdure events; DBOS's own
+``owner_xid`` fences it, so an execution that lost the workflow to another executor
+cannot record. Replay is perdure's, not DBOS's: the history is read from the run's step
+rows by SQL with perdure's decoder (``_records``), and DBOS's operation counter is moved
+past them, so DBOS never replays (or decodes) a recorded step itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from dbos import DBOS
+from dbos import error as dbos_errors
+
+from perdure.errors import CorruptHistoryError, LeaseLostError
+from perdure.records import Event, EventKind, NewEvent, SignalRecord
+from perdure.store import RunUpdate
+from perdure_dbos import _compat
+from perdure_dbos._records import StepRow, decode, step_rows
+from perdure_dbos._tables import ADMIN, Marks
+
+#: Seconds between two reads of the cancel flag while steps record back to back.
+CANCEL_CHECK = 0.25
+
+
+def pack(event: NewEvent, at: float) -> dict[str, Any]:
+    return {
+        "kind": event.kind.value,
+        "key": event.step_key,
+        "name": event.name,
+        "data": event.data,
+        "at": at,
+    }
+
+
+def unpack_new(record: Any) -> NewEvent:
+    return NewEvent(
+        EventKind(record["kind"]), record.get("key"), record.get("name"), record.get("data")
+    )
+
+
+def step_name(events: Sequence[NewEvent]) -> str:
+    """The DBOS step name of an append: the perdure step key of a completion, else the
+    event kind with the key (an intent is not a second step of the step's own name)."""
+    last = events[-1]
+    if last.kind is EventKind.STEP_COMPLETED and last.step_key:
+        return last.step_key
+    return f"{last.kind.value}:{last.step_key}" if last.step_key else last.kind.value
+
+
+def read_history(
+    run_id: str, stored_input: Any, created_at: float
+) -> tuple[tuple[list[Event], set[int]] | CorruptHistoryError, int]:
+    """The run's events (seq 0 its input), the inbox ids its history took, and the
+    highest DBOS operation id recorded. A row perdure cannot or will not decode raises
+    ``CorruptHistoryError`` naming the run and the row, returned in the history's place
+    (the operation id is known even then)."""
+    rows = step_rows(_compat.system_engine(), _compat.system_tables(), run_id)
+    last = max((row.function_id for row in rows), default=-1)
+    try:
+        return history_of(run_id, rows, stored_input, created_at), last
+    except CorruptHistoryError as exc:
+        return exc, last
+
+
+def history_of(
+    run_id: str, rows: Sequence[StepRow], stored_input: Any, created_at: float
+) -> tuple[list[Event], set[int]]:
+    """The events ``rows`` record and the inbox ids they took (see ``read_history``)."""
+    events = [Event(run_id, 0, EventKind.RUN_STARTED, created_at, data=stored_input)]
+    taken: set[int] = set()
+    for row in rows:
+        out = decode(run_id, "operation_outputs", row.function_id, row.serialization, row.output)
+        decode(run_id, "operation_outputs", row.function_id, row.serialization, row.error)
+        if not isinstance(out, dict) or "events" not in out:
+            continue  # DBOS's own operations (the wake-up recv and its timer)
+        record: dict[str, Any] = out  # pyright: ignore[reportUnknownVariableType]
+        try:
+            for item in record["events"]:
+                new = unpack_new(item)
+                events.append(
+                    Event(
+                        run_id,
+                        len(events),
+                        new.kind,
+                        float(item["at"]),
+                        new.step_key,
+                        new.name,
+                        new.data,
+                    )
+                )
+            taken.update(int(i) for i in record.get("taken") or ())
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptHistoryError(
+                run_id,
+                row.function_id,
+                f"operation_outputs row #{row.function_id} ({row.function_name}) is not a "
+                f"perdure record: {type(exc).__name__}: {exc}",
+            ) from None
+    for event in events:
+        if event.kind is EventKind.SIGNAL_RECEIVED and isinstance(event.data, dict):
+            signal_id = event.data.get("signal_id")  # pyright: ignore[reportUnknownMemberType]
+            if isinstance(signal_id, int):
+                taken.add(signal_id)
+    return events, taken
+
+
+class DbosJournal:
+    """The journal of one run's executions in this process (one per workflow execution)."""
+
+    def __init__(self, marks: Marks, url: str, run_id: str, draining: Any) -> None:
+        self.marks = marks
+        self._url = url
+        self._run_id = run_id
+        self._draining = draining
+        self.history: list[Event] = []
+        #: Inbox ids (signals, operators' records) the history took.
+        self.taken: set[int] = set()
+        self._cancel = False
+        self._checked = -CANCEL_CHECK
+        #: The last update appended (the drive's stop).
+        self.last_update: RunUpdate | None = None
+
+    # -- Journal -----------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self._run_id
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel
+
+    @property
+    def draining(self) -> bool:
+        return bool(self._draining())
+
+    async def append(
+        self,
+        events: Sequence[NewEvent],
+        *,
+        update: RunUpdate | None = None,
+        consume_signal: int | None = None,
+        taken: Sequence[int] = (),
+    ) -> None:
+        at = time.time()
+        record: dict[str, Any] = {"events": [pack(e, at) for e in events]}
+        took = [*taken, *([consume_signal] if consume_signal is not None else [])]
+        if took:
+            record["taken"] = took
+        ran = False
+
+        async def step() -> dict[str, Any]:
+            nonlocal ran
+            ran = True
+            now = time.monotonic()
+            if update is not None:
+                self._cancel = await asyncio.to_thread(self.marks.apply, self.run_id, update)
+                self._checked = now
+            elif now - self._checked >= CANCEL_CHECK:
+                self._cancel = await asyncio.to_thread(self.marks.cancel_requested, self.run_id)
+                self._checked = now
+            return record
+
+        try:
+            await DBOS.run_step_async({"name": step_name(events)}, step)
+        except dbos_errors.DBOSWorkflowConflictIDError as exc:
+            raise LeaseLostError(f"run {self.run_id!r}: another executor owns it ({exc})") from None
+        except dbos_errors.DBOSUnexpectedStepError as exc:
+            raise LeaseLostError(
+                f"run {self.run_id!r}: another execution recorded this step ({exc})"
+            ) from None
+        if not ran:
+            # DBOS answered from a row another execution of the run recorded there.
+            raise LeaseLostError(f"run {self.run_id!r}: another execution recorded this step")
+        for event in events:
+            self.history.append(
+                Event(
+                    self.run_id,
+                    len(self.history),
+                    event.kind,
+                    at,
+                    event.step_key,
+                    event.name,
+                    event.data,
+                )
+            )
+        self.taken.update(took)
+        self.last_update = update
+
+    async def next_signal(self, name: str) -> SignalRecord | None:
+        found = await asyncio.to_thread(self.marks.waiting, self.run_id, name, self.taken)
+        return found[0] if found else None
+
+    # -- the run's side ------------------------------------------------------------------
+
+    async def load(self, stored_input: Any, created_at: float) -> None:
+        """Read the history back and move DBOS's operation counter past it."""
+        found, last = await asyncio.to_thread(read_history, self.run_id, stored_input, created_at)
+        _compat.skip_operations_to(last)  # before anything, even a park, records
+        if isinstance(found, CorruptHistoryError):
+            raise found
+        self.history, self.taken = found
+        self._cancel = await asyncio.to_thread(self.marks.cancel_requested, self.run_id)
+        self._checked = time.monotonic()
+
+    def refresh(self, cancel_requested: bool) -> None:
+        """The cancel flag as just read (at the start of a drive)."""
+        self._cancel = cancel_requested
+        self._checked = time.monotonic()
+
+    async def take_admin(self) -> bool:
+        """Append the operators' records (``resume``, ``reconcile``) waiting in the inbox;
+        whether there were any."""
+        rows = await asyncio.to_thread(self.marks.waiting, self.run_id, ADMIN, self.taken)
+        if not rows:
+            return False
+        events = [unpack_new(item) for row in rows for item in row.payload]
+        await self.append(events, taken=[row.signal_id for row in rows])
+        return True
+
+    def ended(self) -> Event | None:
+        """The run's end event, if the history has one."""
+        for event in reversed(self.history):
+            if event.kind in (
+                EventKind.RUN_SUCCEEDED,
+                EventKind.RUN_FAILED,
+                EventKind.RUN_CANCELLED,
+            ):
+                return event
+        return None
