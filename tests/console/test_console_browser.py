@@ -1,11 +1,12 @@
 """The console in a real headless Chromium: an operator logs in, approves a suspended
-run and sees who approved and how long it waited; reconciles a parked effect; and
-nobody acts without logging in."""
+run and sees who approved and how long it waited; reconciles a parked effect; nobody
+acts without logging in; and run ids holding "/" open, export and approve their own run."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 from console_support import SECRET, ConsoleProcess
@@ -139,3 +140,37 @@ async def test_actions_without_login_or_csrf_token_are_refused(
     info = await embedded.get_run(run_id)
     assert info.status is RunStatus.SUSPENDED and info.waiting_for == "approval"
     assert await embedded.history(run_id) == before
+
+
+async def test_run_ids_holding_slashes_open_export_and_approve_the_right_run(
+    embedded: Backend, embedded_console: ConsoleProcess, browser: Browser
+) -> None:
+    tenant = f"tenant-7/refunds/{uuid.uuid4().hex[:6]}"
+    shadow = f"{tenant}/export.jsonl"  # reads like the first run's export link once did
+    await suspended_refund(embedded, tenant)
+    await suspended_refund(embedded, shadow)
+    page = await browser.new_page()
+    await log_in(page, embedded_console, "erin")
+
+    await page.locator(f"tr[data-run-id='{tenant}']").get_by_role("link", name=tenant).click()
+    await expect(page.locator("h1 code")).to_have_text(tenant)
+    async with page.expect_download() as downloading:
+        await page.get_by_role("link", name="export JSONL").click()
+    exported = Path(await (await downloading.value).path()).read_text().splitlines()
+    assert json.loads(exported[0])["run"]["run_id"] == tenant
+    assert [json.loads(line) for line in exported[1:]] == [
+        ev.to_json() for ev in await embedded.history(tenant)
+    ]
+
+    await page.goto(f"{embedded_console.base}/")
+    await page.locator(f"tr[data-run-id='{shadow}']").get_by_role("link", name=shadow).click()
+    await expect(page.locator("h1 code")).to_have_text(shadow)  # its page, not a download
+    await page.get_by_test_id("approve").click()
+    await expect(page.get_by_test_id("flash")).to_have_text("approved as erin")
+    assert (await embedded.wait(shadow, timeout=60)).status is RunStatus.SUCCEEDED
+    await page.reload()
+    await expect(page.get_by_test_id("status")).to_have_text("succeeded")
+    await expect(page.get_by_test_id("decided-by")).to_have_text("erin")
+
+    untouched = await embedded.get_run(tenant)
+    assert untouched.status is RunStatus.SUSPENDED and untouched.waiting_for == "approval"

@@ -94,7 +94,7 @@ async def test_filters_paging_summary_and_export(
         fragment = client.get("/", headers={"HX-Request": "true"})
         assert "<html" not in fragment.text and len(run_ids(fragment.text)) == 50
 
-        export = client.get(f"/runs/{parked}/export.jsonl")
+        export = client.get(f"/export/{parked}")
         assert export.status_code == 200
         assert export.headers["content-type"].startswith("application/x-ndjson")
         lines = [json.loads(line) for line in export.text.splitlines()]
@@ -103,8 +103,11 @@ async def test_filters_paging_summary_and_export(
 
         missing = client.get("/runs/no-such-run")
         assert missing.status_code == 404 and "No such run" in missing.text
+        # a link from before exports had their own prefix still exports
+        legacy = client.get(f"/runs/{parked}/export.jsonl")
+        assert legacy.status_code == 308 and legacy.headers["location"] == f"/export/{parked}"
 
-    anonymous = httpx.get(f"{console_command.base}/runs/{parked}/export.jsonl")
+    anonymous = httpx.get(f"{console_command.base}/export/{parked}")
     assert anonymous.status_code == 303 and "/login" in anonymous.headers["location"]
 
 
@@ -113,9 +116,11 @@ async def test_a_run_id_with_slashes_routes_to_its_page_export_and_actions(
     embedded: Backend, embedded_console: ConsoleProcess
 ) -> None:
     run_id = f"team-a/{uuid.uuid4().hex[:6]}/refund 7?x#y"
+    shadow = f"{run_id}/export.jsonl"  # a run id that once read as the other's export
     await embedded.start(refund, ("order-7", 700), {}, run_id=run_id)
+    await embedded.start(refund, ("order-8", 800), {}, run_id=shadow)
     await embedded.idle()
-    path = "/runs/" + quote(run_id, safe="/")
+    path = "/runs/" + quote(run_id, safe="")
 
     async with httpx.AsyncClient(base_url=embedded_console.base, timeout=30) as client:
         await _alog_in(client)
@@ -123,16 +128,23 @@ async def test_a_run_id_with_slashes_routes_to_its_page_export_and_actions(
         assert page.status_code == 200, page.text
         assert f'hx-get="{path}"' in page.text  # the page's own links route back to it
         assert "refund" in page.text and "approval" in page.text
-        export = await client.get(f"{path}/export.jsonl")
+        export = await client.get("/export/" + quote(run_id, safe=""))
         assert export.status_code == 200
         assert json.loads(export.text.splitlines()[0])["run"]["run_id"] == run_id
+        # the exact run id wins over the old export link's shape
+        shadowed = await client.get(f"{path}/export.jsonl")
+        assert shadowed.status_code == 200 and "order-8" in shadowed.text
+        shadow_export = await client.get("/export/" + quote(shadow, safe=""))
+        assert json.loads(shadow_export.text.splitlines()[0])["run"]["run_id"] == shadow
         token = CSRF.search(page.text)
         assert token
         approved = await client.post(f"{path}/approve", data={"csrf": token[1], "message": "ok"})
         assert approved.status_code == 303
-        assert approved.headers["location"] == "/runs/" + quote(run_id, safe="")
+        assert approved.headers["location"] == path
         back = await client.get(approved.headers["location"])
         assert "approved as dana" in back.text
+        # "/" may stay unquoted in a hand-typed link
+        assert (await client.get("/runs/" + quote(run_id, safe="/"))).status_code == 200
         assert (await client.get(f"/runs/team-a/{uuid.uuid4().hex}")).status_code == 404
 
     done = await embedded.wait(run_id, timeout=60)

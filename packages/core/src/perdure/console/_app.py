@@ -34,6 +34,8 @@ from perdure.records import RunStatus
 from perdure.registry import open_backend
 
 HERE = Path(__file__).parent
+#: Where exports were before ``/export/``: the run page redirects what it cannot find.
+LEGACY_EXPORT = "/export.jsonl"
 #: htmx polls each open page this often: one list query (or one run read) per interval.
 REFRESH_SECONDS = 5
 
@@ -70,6 +72,8 @@ def _templates() -> Jinja2Templates:
         waited=_waited,
         short=short,
         pretty=_pretty,
+        run_path=run_path,
+        export_path=export_path,
     )
     env_globals: dict[str, Any] = templates.env.globals  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     env_globals["statuses"] = list(RunStatus)
@@ -130,7 +134,9 @@ class Console:
         )
 
     def _login_redirect(self, request: Request) -> RedirectResponse:
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        # the path as sent (still quoted): a run id holding "?" or "%" comes back intact
+        raw: bytes = request.scope.get("raw_path") or request.url.path.encode()
+        target = raw.decode("latin-1") + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(f"/login?next={quote(target)}", status_code=303)
 
     def _refused(self, request: Request, why: str) -> HTMLResponse:
@@ -154,6 +160,9 @@ class Console:
         try:
             view = await _views.run_view(self.store, run_id)
         except RunNotFoundError:
+            if run_id.endswith(LEGACY_EXPORT):  # a link from before exports had /export/
+                target = export_path(run_id.removesuffix(LEGACY_EXPORT))
+                return RedirectResponse(target, status_code=308)
             return self.render(request, "not_found.html", {"run_id": run_id}, status=404)
         fragment = request.headers.get("HX-Request") == "true"
         name = "_run_body.html" if fragment else "run.html"
@@ -191,7 +200,7 @@ class Console:
             return self._refused(request, "log in before acting on a run")
         if not _auth.csrf_ok(request, form.get("csrf")):
             return self._refused(request, "the form's CSRF token is missing or stale; reload")
-        back = f"/runs/{quote(run_id, safe='')}"
+        back = run_path(run_id)
         session: dict[str, Any] = request.session
         try:
             action = _actions.parse_action(request.path_params["action"], run_id, form)
@@ -258,6 +267,17 @@ class Console:
         return Response(body, media_type=content_type)
 
 
+def run_path(run_id: str) -> str:
+    """The run page of ``run_id``, quoted whole (its "/" too: one path segment)."""
+    return f"/runs/{quote(run_id, safe='')}"
+
+
+def export_path(run_id: str) -> str:
+    """The JSONL export of ``run_id``: a prefix of its own, so that no run id (not even
+    one ending in ``/export.jsonl``) can name another run's export."""
+    return f"/export/{quote(run_id, safe='')}"
+
+
 def _safe_next(target: str) -> str:
     """Only a path on this site: a login never redirects elsewhere."""
     parts = urlsplit(target)
@@ -280,10 +300,11 @@ def create_app(settings: ConsoleSettings) -> Starlette:
     """The console as an ASGI app (serve it with uvicorn, or mount it)."""
     console = Console(settings)
     routes = [
-        # Run ids may hold "/" (path converter); the longer shapes come first, and a GET
-        # of /runs/a/b falls through the POST-only action route to the run page.
+        # Run ids may hold "/" (path converter). An action is the last segment of a POST
+        # (the run id is all before it); a GET of /runs/a/b falls through the POST-only
+        # action route to the run page, and exports have their own prefix.
         Route("/", console.runs, name="runs"),
-        Route("/runs/{run_id:path}/export.jsonl", console.export, name="export"),
+        Route("/export/{run_id:path}", console.export, name="export"),
         Route("/runs/{run_id:path}/{action:str}", console.act, methods=["POST"], name="act"),
         Route("/runs/{run_id:path}", console.run, name="run"),
         Route("/login", console.login, methods=["GET", "POST"], name="login"),
