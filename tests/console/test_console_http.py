@@ -123,7 +123,16 @@ async def test_a_run_id_with_slashes_routes_to_its_page_export_and_actions(
     path = "/runs/" + quote(run_id, safe="")
 
     async with httpx.AsyncClient(base_url=embedded_console.base, timeout=30) as client:
-        await _alog_in(client)
+        # logging in from the run's link comes back to that run ("?", "#" and all)
+        to_login = await client.get(path)
+        assert to_login.headers["location"] == f"/login?next={quote(path)}"
+        form = await client.get(to_login.headers["location"])
+        token = CSRF.search(form.text)
+        assert token and f'name="next" value="{path}"' in form.text
+        signed_in = await client.post(
+            "/login", data={"csrf": token[1], "name": "dana", "secret": SECRET, "next": path}
+        )
+        assert signed_in.headers["location"] == path
         page = await client.get(path)
         assert page.status_code == 200, page.text
         assert f'hx-get="{path}"' in page.text  # the page's own links route back to it
