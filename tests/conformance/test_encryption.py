@@ -1,6 +1,7 @@
 """Finding 6 (encryption at rest): with a key configured, nothing a run records is
-readable without it, on every backend; ``runs show``/``export`` decrypt only with it;
-keys rotate by id.
+readable without it, on every backend; what an operator sees or exports (``runs
+show``/``export``, ``runs prune --export``, the console's run page and export) is
+decrypted only with it; keys rotate by id.
 """
 
 from __future__ import annotations
@@ -8,13 +9,17 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import perdure
 from perdure import RunStatus, SerializationError, encryption
+from perdure.console import ConsoleSettings, create_app
 from perdure.testing import Processes
 
 SECRETS = ("SECRET-INPUT-4711", "SECRET-RESULT-4712", "SECRET-SIGNAL-4713")
@@ -44,6 +49,31 @@ def keys(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     yield ring
     monkeypatch.delenv(encryption.KEY_ENV)
     encryption.configure_keys(None)
+
+
+async def _finished_run(backend: Any, run_id: str) -> None:
+    await backend.start(flow, (SECRETS[0],), {}, run_id=run_id)
+    await backend.idle()
+    await backend.signal(run_id, "go", {"note": SECRETS[2]}, by="ops")
+    info = await backend.wait(run_id, timeout=60)
+    assert info.status is RunStatus.SUCCEEDED
+
+
+async def _console_pages(backend: Any, run_id: str) -> str:
+    """The run list, run page and JSONL export of a logged-in console operator."""
+    app = create_app(ConsoleSettings(secret="encryption-console-secret", backend=backend))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+        form = await client.get("/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf, form.text
+        login = {"csrf": csrf[1], "name": "dana", "secret": "encryption-console-secret"}
+        assert (await client.post("/login", data=login)).status_code == 303
+        pages = [await client.get(path) for path in ("/", f"/runs/{run_id}")]
+        pages.append(await client.get(f"/export/{run_id}"))
+    for page in pages:
+        assert page.status_code == 200, page.text
+    return "\n".join(page.text for page in pages)
 
 
 def _recorded(info: Any, events: list[Any]) -> str:
@@ -80,10 +110,45 @@ async def test_what_a_run_records_is_sealed_and_opens_only_with_the_key(
     for secret in SECRETS:
         assert secret not in without.stdout + without.stderr
 
+    # The console shows an operator what the key opens, and only with the key.
+    for secret in SECRETS:
+        assert secret in (await _console_pages(perdure_backend, "enc-1"))
+    encryption.configure_keys(None)
+    os.environ.pop(encryption.KEY_ENV)
+    pages = await _console_pages(perdure_backend, "enc-1")
+    for secret in SECRETS:
+        assert secret not in pages
+    assert "encrypted" in pages
+    os.environ[encryption.KEY_ENV] = f"k1:{keys['k1']}"
+    encryption.configure_keys(None)
+
     # Rotation: a new current key, the old one kept after it, still opens old runs.
     rotated = f"k2:{keys['k2']},k1:{keys['k1']}"
     shown = processes.cli("runs", "export", "enc-1", env={encryption.KEY_ENV: rotated})
     assert shown.returncode == 0 and SECRETS[1] in shown.stdout
+
+
+@pytest.mark.perdure_not_on(
+    "dbos+sqlite",
+    "dbos+postgresql",
+    reason="runs prune cannot delete runs on DBOS yet (#16), so it exports nothing there",
+)
+async def test_prune_exports_what_the_key_opens_and_only_with_the_key(
+    perdure_backend: Any, processes: Processes, keys: dict[str, str], tmp_path: Path
+) -> None:
+    """Each prune deletes the run it exports: one without the key, then one with it."""
+    for run_id, key in (("enc-prune-1", ""), ("enc-prune-2", f"k1:{keys['k1']}")):
+        await _finished_run(perdure_backend, run_id)
+        folder = tmp_path / run_id
+        pruned = processes.cli(
+            "runs", "prune", "--older-than", "0s", "--export", str(folder),
+            env={encryption.KEY_ENV: key},
+        )  # fmt: skip
+        assert pruned.returncode == 0, pruned.stderr
+        exported = "".join(p.read_text() for p in folder.glob("*.jsonl"))
+        assert run_id in exported
+        for secret in SECRETS:
+            assert (secret in exported) is bool(key)
 
 
 def test_without_the_key_a_sealed_value_is_shown_as_encrypted_with_its_key_id(

@@ -39,6 +39,7 @@ from perdure.config import setting
 from perdure.durations import parse_duration
 from perdure.errors import ConfigurationError, RetentionError
 from perdure.records import Event, RunInfo, RunStatus
+from perdure.revealed import revealed_events, revealed_run
 
 FINISHED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 #: Runs one prune reads at most (a worker's retention comes back for the rest).
@@ -108,8 +109,8 @@ def _purges() -> list[Purge]:
 
 
 async def _export(backend: Backend, info: RunInfo, folder: Path) -> None:
-    events = await backend.history(info.run_id)
-    await asyncio.to_thread(_write_export, folder, info, events)
+    events = revealed_events(await backend.history(info.run_id))
+    await asyncio.to_thread(_write_export, folder, revealed_run(info), events)
 
 
 def _write_export(folder: Path, info: RunInfo, events: Sequence[Event]) -> None:

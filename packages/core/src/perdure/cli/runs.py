@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import time
@@ -29,8 +28,8 @@ from perdure.cli.render import (
     stats_table,
 )
 from perdure.cli.render import runs_table as make_runs_table
-from perdure.records import Event, RunInfo, RunStatus
-from perdure.serialization import reveal
+from perdure.records import RunStatus
+from perdure.revealed import revealed_events, revealed_run
 from perdure.summary import summarize
 
 #: Runs ``perdure stats`` reads: the console's window.
@@ -65,7 +64,7 @@ async def list_runs(
         runs = await backend.list_runs(
             statuses=wanted, older_than=age, workflow=workflow, limit=limit
         )
-        runs = [_revealed(info, [])[0] for info in runs]
+        runs = [revealed_run(info) for info in runs]
         if as_json:
             for info in runs:
                 sys.stdout.write(_line(info.to_json()) + "\n")
@@ -84,21 +83,10 @@ async def list_runs(
     console.print(make_runs_table(runs, pending))
 
 
-def _revealed(info: RunInfo, events: list[Event]) -> tuple[RunInfo, list[Event]]:
-    """Sealed (encrypted) values opened with the configured key, else shown as sealed."""
-    info = dataclasses.replace(
-        info,
-        input=reveal(info.input),
-        result=reveal(info.result),
-        attention=reveal(info.attention),
-        details=reveal(info.details),
-    )
-    return info, [dataclasses.replace(ev, data=reveal(ev.data)) for ev in events]
-
-
 async def show_run(url: str | None, run_id: str) -> None:
     async with connected(url) as backend:
-        info, events = _revealed(await backend.get_run(run_id), await backend.history(run_id))
+        info = revealed_run(await backend.get_run(run_id))
+        events = revealed_events(await backend.history(run_id))
     pending = (
         pending_details(last_suspension(events)) if info.status is RunStatus.SUSPENDED else None
     )
@@ -110,7 +98,8 @@ async def show_run(url: str | None, run_id: str) -> None:
 
 async def export_run(url: str | None, run_id: str, output: Path | None) -> None:
     async with connected(url) as backend:
-        info, events = _revealed(await backend.get_run(run_id), await backend.history(run_id))
+        info = revealed_run(await backend.get_run(run_id))
+        events = revealed_events(await backend.history(run_id))
     lines = [_line({"run": info.to_json()}), *(_line(ev.to_json()) for ev in events)]
     if output is None:
         _write(sys.stdout, lines)

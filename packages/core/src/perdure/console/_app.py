@@ -32,6 +32,7 @@ from perdure.console import _actions, _auth, _throttle, _views
 from perdure.errors import BackendUnavailableError, InvalidRunStateError, RunNotFoundError
 from perdure.records import RunStatus
 from perdure.registry import open_backend
+from perdure.revealed import revealed_events, revealed_run
 
 HERE = Path(__file__).parent
 #: Where exports were before ``/export/``: the run page redirects what it cannot find.
@@ -173,8 +174,8 @@ class Console:
             return self._login_redirect(request)
         run_id = request.path_params["run_id"]
         try:
-            info = await self.store.get_run(run_id)
-            events = await self.store.history(run_id)
+            info = revealed_run(await self.store.get_run(run_id))
+            events = revealed_events(await self.store.history(run_id))
         except RunNotFoundError:
             return self.render(request, "not_found.html", {"run_id": run_id}, status=404)
 

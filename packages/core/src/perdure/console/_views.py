@@ -13,6 +13,7 @@ from perdure.backend import Backend
 from perdure.cli.common import CliError, parse_duration
 from perdure.cli.render import event_summary, last_suspension, pending_details, run_summary
 from perdure.records import Event, EventKind, RunInfo, RunStatus
+from perdure.revealed import revealed_events, revealed_run
 from perdure.summary import WAITING, Summary, summarize
 
 #: How many of the newest runs one list query reads. The summary bar counts them and
@@ -133,7 +134,7 @@ def _row(info: RunInfo, now: float) -> Row:
 async def runs_page(backend: Backend, filters: Filters) -> RunsPage:
     """One list query: the newest ``WINDOW`` runs, summarized, filtered and paged."""
     now = time.time()
-    runs = await backend.list_runs(limit=WINDOW + 1)
+    runs = [revealed_run(info) for info in await backend.list_runs(limit=WINDOW + 1)]
     truncated = len(runs) > WINDOW
     runs = runs[:WINDOW]
     older = filters.older_than_seconds
@@ -260,8 +261,8 @@ class RunView:
 
 async def run_view(backend: Backend, run_id: str) -> RunView:
     now = time.time()
-    info = await backend.get_run(run_id)
-    events = await backend.history(run_id)
+    info = revealed_run(await backend.get_run(run_id))
+    events = revealed_events(await backend.history(run_id))
     pending = pending_details(last_suspension(events)) if info.status is RunStatus.SUSPENDED else {}
     return RunView(
         info=info,
