@@ -61,6 +61,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.pregel import Pregel
 from temporalio.client import Client
 
+import perdure
 from benchmarks import agent_script
 from benchmarks._results import Figure, add_json_argument, write_json
 from perdure.registry import open_backend
@@ -75,6 +76,8 @@ PLUGIN_VENV = ROOT / ".bench-venv"
 PLUGINS = ("temporalio-langgraph==0.1.0", "temporalio-openai-agents==1.1.0")
 SAME_AS_LOCK = ("temporalio", "langgraph", "langchain-core")
 SECTION = "Temporal plugins"
+#: Turns of the warm-up round's runs (imports, connections, first workflow tasks).
+WARM_UP_NOTES = 5
 SIDES = ("perdure", "plugin", "plain")
 FRAMEWORKS = ("langgraph", "agents")
 FRAMEWORK_NAMES = {"langgraph": "LangGraph", "agents": "Agents SDK"}
@@ -326,17 +329,18 @@ class Side:
 async def rounds(
     bench: Bench, client: Client, notes: int, repeat: int
 ) -> dict[str, dict[str, Side]]:
-    """``repeat`` interleaved rounds after one warm-up; in each, every framework's three
-    sides, the order rotating."""
+    """``repeat`` interleaved rounds after a short warm-up round; in each, every
+    framework's three sides, the order rotating."""
     out = {fw: {s: Side() for s in SIDES} for fw in FRAMEWORKS}
     for r in range(repeat + 1):
+        n = notes if r else min(notes, WARM_UP_NOTES)
         for fw in FRAMEWORKS:
             order = SIDES[r % 3 :] + SIDES[: r % 3]
             for side in order:
-                run = await getattr(bench, fw)(side, notes)
-                if run.answer != agent_script.final_answer(notes):
+                run = await getattr(bench, fw)(side, n)
+                if run.answer != agent_script.final_answer(n):
                     raise AssertionError(f"{fw} {side}: answered {run.answer!r}")
-                if len(run.calls) != notes + 1:
+                if len(run.calls) != n + 1:
                     raise AssertionError(f"{fw} {side}: {len(run.calls)} model calls")
                 if r == 0:
                     continue  # warm-up
@@ -491,10 +495,14 @@ async def main(notes: int, repeat: int) -> list[Figure]:
         client = await Client.connect(server.target)
         backend = open_backend(url)
         await backend.open()
+        bench: Bench | None = None
         try:
             bench = Bench(url, prefix, payloads, state_db, backend, plugins)
             results = await rounds(bench, client, notes, repeat)
         finally:
+            if bench is not None:
+                await bench.graph.aclose()
+            await perdure.shutdown()  # the backend durable() opened for the URL
             await backend.close()
             plugins.close()
     end = os.getloadavg()
