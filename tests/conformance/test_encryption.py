@@ -189,3 +189,32 @@ def test_tampered_sealed_data_is_a_typed_error(keys: dict[str, str]) -> None:
         from_jsonable({**sealed, "c": base64.b64encode(bytes(blob)).decode()})
     with pytest.raises(SerializationError, match="malformed sealed"):
         from_jsonable({"__perdure__": "sealed", "k": "k1"})
+
+
+def test_keys_come_from_a_key_file_current_first(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from perdure.errors import ConfigurationError
+
+    new, old = _key(), _key()
+    key_file = tmp_path / "keys"
+    key_file.write_text(f"# rotated today\nk2 {new}\nk1 {old}\n")
+    monkeypatch.delenv(encryption.KEY_ENV, raising=False)
+    monkeypatch.setenv(encryption.KEY_FILE_ENV, str(key_file))
+    encryption.configure_keys(None)
+    try:
+        ring = encryption.keyring()
+        assert ring is not None and [kid for kid, _ in ring.keys] == ["k2", "k1"]
+        monkeypatch.setenv(encryption.KEY_FILE_ENV, str(tmp_path / "missing"))
+        encryption.configure_keys(None)
+        with pytest.raises(ConfigurationError, match="cannot read the encryption key file"):
+            encryption.keyring()
+        key_file.write_text("k3 not-a-key\n")
+        monkeypatch.setenv(encryption.KEY_FILE_ENV, str(key_file))
+        encryption.configure_keys(None)
+        with pytest.raises(ConfigurationError, match="must be 32 bytes") as refused:
+            encryption.keyring()
+        assert "not-a-key" not in str(refused.value)
+    finally:
+        monkeypatch.delenv(encryption.KEY_FILE_ENV)
+        encryption.configure_keys(None)

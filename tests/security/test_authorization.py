@@ -11,6 +11,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -155,7 +159,7 @@ def test_tokens_that_are_forged_tampered_or_expired_do_not_verify(
 
 @pytest.mark.perdure_not_on("memory", reason="the CLI runs in another process")
 async def test_the_cli_verifies_the_token_and_refuses_without_one(
-    perdure_backend: Any, processes: Processes, token_authorizer: None
+    perdure_backend: Any, processes: Processes, token_authorizer: None, tmp_path: Path
 ) -> None:
     run = drive(perdure_backend, "auth-cli")
     request = await wait_for_request(perdure_backend, "auth-cli", timeout=120)
@@ -163,7 +167,15 @@ async def test_the_cli_verifies_the_token_and_refuses_without_one(
     bare = processes.cli("approve", "auth-cli", "--by", "alice", env=env)
     assert bare.returncode == 7, bare.stdout + bare.stderr
     assert "requires a signed token" in bare.stdout + bare.stderr
-    token = issue_token("alice", verbs=["approve"])
+    key_file = tmp_path / "auth.key"
+    key_file.write_text(KEY + "\n")
+    issued = token_issue(
+        "--by", "alice", "--ttl", "10m", "--verb", "approve",
+        env={"PERDURE_AUTH_KEY": "", "PERDURE_AUTH_KEY_FILE": str(key_file)},
+    )  # fmt: skip
+    assert issued.returncode == 0, issued.stderr
+    token = issued.stdout.strip()
+    assert verify_token(token, key=KEY)["verbs"] == ["approve"]
     ok = processes.cli("approve", "auth-cli", "--token", token, env=env)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert f"approved request {request} of run auth-cli as alice" in ok.stdout
@@ -173,6 +185,39 @@ async def test_the_cli_verifies_the_token_and_refuses_without_one(
     assert info.status is RunStatus.SUCCEEDED
     (data,) = received(await perdure_backend.history("auth-cli"))
     assert data["decision"]["verified"] is True
+
+
+def token_issue(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``perdure token issue ARGS``: it reaches no store, so it takes no ``--url``."""
+    return subprocess.run(
+        [sys.executable, "-m", "perdure", "token", "issue", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_token_issue_prints_a_scoped_token_and_refuses_what_it_cannot_sign() -> None:
+    env = {"PERDURE_AUTH_KEY": KEY}
+    issued = token_issue(
+        "--by", "bot", "--ttl", "2h", "--workflow", "pay.*,refund.*",
+        "--tool", "wire", "--run", "r-*", env=env,
+    )  # fmt: skip
+    assert issued.returncode == 0, issued.stderr
+    claims = verify_token(issued.stdout.strip(), key=KEY)
+    assert claims["sub"] == "bot" and claims["exp"] - claims["iat"] == 7200
+    assert claims["workflows"] == ["pay.*", "refund.*"] and claims["runs"] == ["r-*"]
+    assert "verbs" not in claims  # no --verb: any verb
+    for args, code, said in (
+        (["--ttl", "0s"], 2, "--ttl must be longer than 0s"),
+        (["--verb", "launch"], 2, "--verb 'launch' is not one of approve"),
+    ):
+        refused = token_issue("--by", "bot", *args, env=env)
+        assert (refused.returncode, said in refused.stderr) == (code, True), refused.stderr
+    keyless = token_issue("--by", "bot", env={"PERDURE_AUTH_KEY": "", "PERDURE_AUTH_KEY_FILE": ""})
+    assert keyless.returncode == 6 and "needs its key" in keyless.stderr
 
 
 def test_the_authorizer_is_configured_like_the_url(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_checkable
 
 from perdure.config import setting
 from perdure.errors import ConfigurationError, PerdureError
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from perdure.backend import Backend
 
 __all__ = [
+    "VERBS",
     "Action",
     "ActorAuthorizer",
     "AuthenticationError",
@@ -50,6 +51,7 @@ __all__ = [
 ]
 
 Verb = Literal["approve", "reject", "signal", "cancel", "resume", "reconcile"]
+VERBS: tuple[Verb, ...] = get_args(Verb)
 
 
 class AuthenticationError(PerdureError):

@@ -22,11 +22,10 @@ import importlib.util
 import os
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from perdure.config import setting
 from perdure.errors import ConfigurationError, SerializationError
+from perdure.key_material import KeySource, decode_key
 
 __all__ = ["KEY_ENV", "KEY_FILE_ENV", "Keyring", "configure_keys", "keyring"]
 
@@ -36,22 +35,12 @@ SEALED = "sealed"
 _NONCE = 12
 
 
-def _b64(text: str) -> bytes:
-    return base64.b64decode(text, validate=True)
+_SOURCE = KeySource(KEY_ENV, KEY_FILE_ENV, "encryption_key_file", "encryption key")
 
 
 def _decode_key(raw: str, where: str) -> bytes:
-    text = raw.strip()
-    for decode in (bytes.fromhex, _b64):
-        try:
-            key = decode(text)
-        except (ValueError, binascii.Error):
-            continue
-        if len(key) == 32:
-            return key
-    raise ConfigurationError(
-        f"{where}: an encryption key must be 32 bytes given as base64 or hex "
-        f"(e.g. python -c 'import os,base64;print(base64.b64encode(os.urandom(32)).decode())')"
+    return decode_key(
+        raw, where, what="an encryption key", fits=lambda key: len(key) == 32, size="32 bytes"
     )
 
 
@@ -166,16 +155,5 @@ def keyring() -> Keyring | None:
 
 
 def _from_environment() -> Keyring | None:
-    raw = os.environ.get(KEY_ENV)
-    if raw:
-        return Keyring.parse(raw, KEY_ENV)
-    path = setting("encryption_key_file", KEY_FILE_ENV)
-    if path is None:
-        return None
-    if not isinstance(path, str):
-        raise ConfigurationError("[tool.perdure] encryption_key_file must be a path")
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the encryption key file {path!r}: {exc}") from exc
-    return Keyring.parse(text, f"key file {path!r}")
+    found = _SOURCE.text()
+    return None if found is None else Keyring.parse(*found)

@@ -24,12 +24,11 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, cast
 
 from perdure.authorization import Action, AuthenticationError, Decision
-from perdure.config import setting
 from perdure.errors import ConfigurationError
+from perdure.key_material import KeySource, decode_key
 
 __all__ = ["TokenAuthorizer", "issue_token", "load_key", "verify_token"]
 
@@ -47,21 +46,18 @@ def _unb64url(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _b64(text: str) -> bytes:
-    return base64.b64decode(text, validate=True)
+_SOURCE = KeySource(
+    "PERDURE_AUTH_KEY", "PERDURE_AUTH_KEY_FILE", "auth_key_file", "authorization key"
+)
 
 
 def _decode_key(raw: str, where: str) -> bytes:
-    text = raw.strip()
-    for decode in (bytes.fromhex, _b64):
-        try:
-            key = decode(text)
-        except (ValueError, binascii.Error):
-            continue
-        if len(key) >= 32:
-            return key
-    raise ConfigurationError(
-        f"{where}: an authorization key must be at least 32 bytes given as base64 or hex"
+    return decode_key(
+        raw,
+        where,
+        what="an authorization key",
+        fits=lambda key: len(key) >= 32,
+        size="32 bytes or more",
     )
 
 
@@ -73,20 +69,13 @@ def load_key(key: bytes | str | None = None) -> bytes:
         return key
     if key:
         return _decode_key(key, "the authorization key")
-    env = os.environ.get("PERDURE_AUTH_KEY")
-    if env:
-        return _decode_key(env, "PERDURE_AUTH_KEY")
-    path = setting("auth_key_file", "PERDURE_AUTH_KEY_FILE")
-    if not path:
+    found = _SOURCE.text()
+    if found is None:
         raise ConfigurationError(
             "the token authorizer needs its key: set PERDURE_AUTH_KEY, "
             "PERDURE_AUTH_KEY_FILE or [tool.perdure] auth_key_file"
         )
-    try:
-        text = Path(str(path)).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the authorization key file {path}: {exc}") from exc
-    return _decode_key(text, f"the authorization key file {path}")
+    return _decode_key(*found)
 
 
 def _sign(key: bytes, body: str) -> str:

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from perdure.cli import audit as audit_mod
-from perdure.cli import console, ops, replay, runs, worker
+from perdure.cli import console, ops, replay, runs, token, worker
 from perdure.cli import demo as demo_mod
 from perdure.cli import gateway as gateway_mod
 from perdure.cli.common import execute, guard, parse_duration
@@ -50,6 +50,14 @@ gateway_app = typer.Typer(
     rich_markup_mode="rich",
 )
 app.add_typer(gateway_app, name="gateway")
+token_app = typer.Typer(
+    help="Signed operator tokens for the token authorizer (key: $PERDURE_AUTH_KEY, "
+    "$PERDURE_AUTH_KEY_FILE or auth_key_file in \\[tool.perdure]).",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+app.add_typer(token_app, name="token")
 
 Url = Annotated[
     str | None,
@@ -331,6 +339,43 @@ def reconcile_cmd(
 
 
 # -- worker and demo ----------------------------------------------------------------------
+
+
+@token_app.command("issue")
+def token_issue_cmd(
+    by: Annotated[
+        str,
+        typer.Option("--by", help="The identity the token carries (recorded in history)."),
+    ],
+    ttl: Annotated[str, typer.Option("--ttl", help="How long it is valid: 15m, 8h, 7d.")] = "1h",
+    verb: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--verb",
+            help="Only these verbs (approve, reject, signal, cancel, resume, reconcile; "
+            "repeatable or comma-separated). Default: any.",
+            show_default=False,
+        ),
+    ] = None,
+    workflow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--workflow", help="Only runs of workflows matching these patterns.", show_default=False
+        ),
+    ] = None,
+    tool: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tool", help="Only approvals of tools matching these patterns.", show_default=False
+        ),
+    ] = None,
+    run: Annotated[
+        list[str] | None,
+        typer.Option("--run", help="Only run ids matching these patterns.", show_default=False),
+    ] = None,
+) -> None:
+    """Print a signed token for --by (give it to a person, a bot or a console login)."""
+    guard(lambda: token.issue(by, ttl, verb, workflow, tool, run))
 
 
 @app.command("worker")
