@@ -1,5 +1,5 @@
-"""Workflows the console tests start: one waits for an approval, one parks on an effect
-whose outcome is unknown."""
+"""Workflows the console tests start: one waits for an approval, one for two in a row,
+one parks on an effect whose outcome is unknown, one fails."""
 
 from __future__ import annotations
 
@@ -50,3 +50,11 @@ async def fetch_invoice(order: str) -> str:
 async def reconcile_invoice(order: str) -> str:
     """Fails for good at its first step (what a failed run looks like)."""
     return await fetch_invoice(order)
+
+
+@perdure.workflow
+async def two_sign_offs(order: str) -> str:
+    """Two approvals in a row: a page showing the first must not answer the second."""
+    manager = await perdure.wait_for_signal("approval", details={"order": order, "by": "manager"})
+    finance = await perdure.wait_for_signal("approval", details={"order": order, "by": "finance"})
+    return f"manager {manager.get('approved')}, finance {finance.get('approved')}"

@@ -4,6 +4,7 @@ login form's own CSRF check, run ids holding "/", the login rate limit and who m
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -19,11 +20,13 @@ from console_support import (
     console_in_loop,
     one_embedded_store,
 )
-from console_workflows import refund, transfer
+from console_workflows import refund, transfer, two_sign_offs
 
+from perdure import operator
 from perdure.backend import Backend
 from perdure.console._throttle import LoginThrottle
 from perdure.records import EventKind, RunStatus
+from perdure.testing import wait_for_request
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
@@ -160,6 +163,42 @@ async def test_a_run_id_with_slashes_routes_to_its_page_export_and_actions(
     assert done.status is RunStatus.SUCCEEDED
     received = [e for e in await embedded.history(run_id) if e.kind is EventKind.SIGNAL_RECEIVED]
     assert [e.data["sent_by"] for e in received] == ["dana"]
+
+
+@one_embedded_store
+async def test_an_approval_from_a_stale_page_does_not_answer_the_next_request(
+    embedded: Backend, embedded_console: ConsoleProcess
+) -> None:
+    run_id = f"sign-offs-{uuid.uuid4().hex[:6]}"
+    await embedded.start(two_sign_offs, ("order-3",), {}, run_id=run_id)
+    await embedded.idle()
+    first = (await embedded.get_run(run_id)).request_id
+    assert first is not None
+    path = "/runs/" + quote(run_id, safe="")
+
+    async with httpx.AsyncClient(base_url=embedded_console.base, timeout=30) as client:
+        await _alog_in(client)
+        page = await client.get(path)
+        token = CSRF.search(page.text)
+        assert token and f'name="request" value="{first}"' in page.text
+        # while the page is open, someone else approves the manager's request
+        await operator.answer(embedded, run_id, True, by="ops")
+        # the embedded engine moves a run only while someone waits on it (or serves)
+        driving = asyncio.ensure_future(embedded.wait(run_id, timeout=300))
+        second = await wait_for_request(embedded, run_id, after=first, timeout=120)
+
+        stale = {"csrf": token[1], "request": first, "message": "looks fine"}
+        refused = await client.post(f"{path}/approve", data=stale)
+        assert refused.status_code == 303
+        back = await client.get(refused.headers["location"])
+        assert f"no approval request &#39;{first}&#39; is pending" in back.text
+
+    still = await embedded.get_run(run_id)
+    assert still.status is RunStatus.SUSPENDED and still.request_id == second
+    received = [e for e in await embedded.history(run_id) if e.kind is EventKind.SIGNAL_RECEIVED]
+    assert [e.data["sent_by"] for e in received] == ["ops"]
+    await operator.answer(embedded, run_id, False, request=second, by="ops")
+    assert (await driving).result == "manager True, finance False"
 
 
 async def _alog_in(client: httpx.AsyncClient, secret: str = SECRET) -> httpx.Response:

@@ -33,6 +33,9 @@ class Action:
     step_key: str | None = None
     outcome: ReconcileOutcome | None = None
     result: Any = None
+    #: The approval request the operator saw (approve/reject): answering it fails once
+    #: it is no longer pending, rather than answering a later request of the run.
+    request: str | None = None
 
 
 #: ``authorize(operator, action, run)`` raises ``ActionRefused`` to refuse. The console
@@ -52,6 +55,9 @@ def parse_action(name: str, run_id: str, form: dict[str, str]) -> Action:
         raise ActionInvalid(f"unknown action {name!r}; one of {', '.join(ACTIONS)}")
     action: ActionName = name  # pyright: ignore[reportAssignmentType]
     message = form.get("message", "").strip() or None
+    if action in ("approve", "reject"):
+        request = form.get("request", "").strip() or None
+        return Action(action, run_id, message=message, request=request)
     if action != "reconcile":
         return Action(action, run_id, message=message)
     step_key = form.get("step_key", "").strip()
@@ -90,7 +96,13 @@ async def perform(
     if action.name in ("approve", "reject"):
         approved = action.name == "approve"
         await operations.answer(
-            backend, action.run_id, approved, message=action.message, by=operator, info=run
+            backend,
+            action.run_id,
+            approved,
+            request=action.request,
+            message=action.message,
+            by=operator,
+            info=run,
         )
         return f"{'approved' if approved else 'rejected'} as {operator}"
     if action.name == "cancel":
