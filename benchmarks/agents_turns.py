@@ -28,6 +28,8 @@ from perdure.registry import open_backend
 from perdure_openai_agents import DurableRunner
 from perdure_openai_agents.testing import Conversation, ConversationModel, Reply, tool_call
 
+#: Seconds a full run may take here (python -m benchmarks kills it at twice that).
+BENCH_BUDGET_SECONDS = 60
 PG_BASE = os.environ.get("PERDURE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TURNS = int(os.environ.get("PERDURE_BENCH_TURNS", "20"))
 

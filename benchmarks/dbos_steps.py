@@ -31,6 +31,8 @@ from dbos import DBOS, DBOSConfig, SetWorkflowID
 import perdure
 from benchmarks._results import Figure, Target, add_json_argument, write_json
 
+#: Seconds a full run may take here (python -m benchmarks kills it at twice that).
+BENCH_BUDGET_SECONDS = 240
 BLOCK_AT = 10
 ROOT = Path(__file__).resolve().parent.parent
 PG_BASE = os.environ.get("PERDURE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

@@ -31,6 +31,8 @@ from benchmarks._results import Figure, Target, add_json_argument, write_json
 from perdure.engine.backend import EmbeddedBackend
 from perdure.registry import open_backend
 
+#: Seconds a full run may take here (python -m benchmarks kills it at twice that).
+BENCH_BUDGET_SECONDS = 180
 PG_BASE = os.environ.get("PERDURE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 ROOT = Path(__file__).resolve().parent.parent
 BARE_TABLE = """CREATE TABLE IF NOT EXISTS bench_bare (run_id TEXT, seq INTEGER, kind TEXT,

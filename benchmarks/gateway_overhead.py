@@ -32,6 +32,8 @@ import psycopg.sql
 from benchmarks._results import Figure, Target, add_json_argument, write_json
 from perdure.testing import Receiver
 
+#: Seconds a full run may take here (python -m benchmarks kills it at twice that).
+BENCH_BUDGET_SECONDS = 120
 PG_BASE = os.environ.get("PERDURE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TARGET = Target("value", 1000.0, "overhead < 1 ms per call at p50 (SQLite)")
 

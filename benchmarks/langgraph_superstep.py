@@ -41,6 +41,8 @@ from perdure_langgraph import PerdureSaver
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 from benchmarks._results import Figure, Target, add_json_argument, write_json
 
+#: Seconds a full run may take here (python -m benchmarks kills it at twice that).
+BENCH_BUDGET_SECONDS = 90
 NODES = 50
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 TARGET = 0.7

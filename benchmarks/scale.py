@@ -37,6 +37,8 @@ from typing import Any
 
 from benchmarks._results import Figure, Target, add_json_argument, write_json
 
+#: Seconds a full run may take here (python -m benchmarks kills it at twice that).
+BENCH_BUDGET_SECONDS = 300
 PG_BASE = os.environ.get("PERDURE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 ROOT = Path(__file__).resolve().parent.parent
 #: DESIGN.md: "1,000 concurrent runs in one process, I/O-bound, near the ideal wall time";

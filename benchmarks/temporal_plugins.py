@@ -69,6 +69,9 @@ from perdure_langgraph import durable, turn_run_id
 from perdure_openai_agents import DurableRunner
 from perdure_temporal.devserver import DevServer
 
+#: Seconds a full run may take here (python -m benchmarks kills it at twice that):
+#: it took 4-5 min on this loaded 2-core machine.
+BENCH_BUDGET_SECONDS = 360
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_VENV = ROOT / ".bench-venv"
 #: The plugins' releases measured; temporalio, langgraph and langchain-core are pinned to
