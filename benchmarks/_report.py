@@ -1,4 +1,4 @@
-"""``benchmarks/RESULTS.md`` and its charts, from the figures one run collected."""
+"""The generated parts of ``benchmarks/RESULTS.md``, from the runs of every module."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import sqlite3
 import subprocess
 import sys
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks._records import Run
 from benchmarks._results import target_of
 
 PACKAGES = (
@@ -39,19 +40,6 @@ SECTIONS = (
     "recovery",
     "scale",
 )
-
-
-@dataclass
-class Run:
-    """One benchmark subprocess of the sitting."""
-
-    name: str
-    argv: list[str]
-    elapsed: float = 0.0
-    returncode: int | None = None
-    output: str = ""
-    figures: list[dict[str, Any]] = field(default_factory=list)
-    note: str = ""
 
 
 def machine(load_start: tuple[float, float, float]) -> dict[str, str]:
@@ -225,124 +213,83 @@ def scale_table(figures: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def charts(figures: list[dict[str, Any]], outdir: Path) -> list[tuple[str, Path]]:
-    """PNG charts of the scale curves (matplotlib, Agg); (title, path) of each."""
-    import matplotlib
+@dataclass
+class Sitting:
+    """One ``python -m benchmarks`` invocation: when, how long, where, and which modules it
+    ran (the report also shows the other modules' last runs)."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    started: str
+    total: float
+    quick: bool
+    ran: list[str]
+    machine_info: dict[str, str]
+    version_info: dict[str, str]
 
-    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for f in figures:
-        if f["section"] == "scale" and f.get("series") and f.get("x") is not None:
-            series[f["series"]].append(f)
-    out: list[tuple[str, Path]] = []
 
-    def plot(ax: Any, prefix: str, key: str, ylabel: str, title: str) -> bool:
-        drawn = False
-        for name, pts in sorted(series.items()):
-            if not name.startswith(prefix):
-                continue
-            pts.sort(key=lambda f: f["x"])
-            xs = [f["x"] for f in pts]
-            ys = [f[key] for f in pts]
-            if key == "ratio":
-                lo = [f["ratio"] - (f["ratio_spread"] or [f["ratio"]] * 2)[0] for f in pts]
-                hi = [(f["ratio_spread"] or [f["ratio"]] * 2)[1] - f["ratio"] for f in pts]
-            else:
-                lo = [f["value"] - f["spread"][0] for f in pts]
-                hi = [f["spread"][1] - f["value"] for f in pts]
-            label = name[len(prefix) :]
-            ax.errorbar(
-                xs,
-                ys,
-                yerr=[lo, hi],
-                marker="o",
-                capsize=3,
-                label=label,
-                color="C0" if "postgresql" in label else "C1",
-                linestyle="--" if "last10%" in label else "-",
-            )
-            drawn = True
-        ax.set_xscale("log")
-        ax.set_xlabel(title)
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
-        if drawn:
-            ax.legend()
-        return drawn
+def _earlier(run: Run, sitting: Sitting) -> bool:
+    return run.figures_from != sitting.started
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    ok = plot(axes[0], "wall/ideal ", "ratio", "wall time / ideal", "concurrent runs")
-    axes[0].axhline(1.0, color="grey", linestyle="--", linewidth=1)
-    ok |= plot(axes[1], "cpu ", "value", "CPU µs per step", "concurrent runs")
-    ok |= plot(axes[2], "rss ", "value", "peak RSS (MB)", "concurrent runs")
-    axes[0].set_title("wall time vs ideal")
-    axes[1].set_title("CPU cost per step")
-    axes[2].set_title("peak memory")
-    fig.tight_layout()
-    if ok:
-        path = outdir / "scale_concurrency.png"
-        fig.savefig(path, dpi=110)
-        out.append(("Concurrent I/O-bound runs in one process", path))
-    plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    if plot(ax, "history ", "value", "µs per step", "steps in the run (history length)"):
-        ax.set_yscale("log")
-        ax.set_title("per-step cost vs history length")
-        fig.tight_layout()
-        path = outdir / "scale_history.png"
-        fig.savefig(path, dpi=110)
-        out.append(("Per-step cost vs history length", path))
-    plt.close(fig)
+def shown_figures(runs: list[Run], sitting: Sitting) -> list[dict[str, Any]]:
+    """Every run's figures, those measured in an earlier sitting saying when."""
+    out = []
+    for r in runs:
+        for f in r.figures:
+            if _earlier(r, sitting):
+                f = {**f, "subject": f"{f['subject']} (run {r.figures_from})"}
+            out.append(f)
     return out
 
 
-def render(
-    runs: list[Run],
-    *,
-    quick: bool,
-    started: str,
-    total: float,
-    machine_info: dict[str, str],
-    version_info: dict[str, str],
-    chart_paths: list[tuple[str, Path]],
-    temporal_note: str,
-    report_dir: Path,
-) -> str:
-    """The whole of RESULTS.md."""
-    figures = [f for r in runs for f in r.figures]
+def _header(sitting: Sitting, runs: list[Run]) -> list[str]:
+    ran = ", ".join(sitting.ran) or "none"
+    earlier = [f"{r.name} ({r.figures_from})" for r in runs if _earlier(r, sitting)]
+    carried = (
+        "Every figure below comes from this one run, on this machine; nothing is carried over."
+        if not earlier
+        else f"This sitting ran {ran}; the figures of "
+        + ", ".join(earlier)
+        + " are those modules' last runs, marked with their date in the tables."
+    )
     lines = [
         "# perdure benchmarks",
         "",
         "Generated by `python -m benchmarks"
-        + (" --quick" if quick else "")
-        + f"` (`nox -s bench`), started {started}, {total / 60:.1f} min in all. Every figure "
-        "below comes from this one run, on this machine; nothing is carried over.",
+        + (" --quick" if sitting.quick else "")
+        + f"` (`nox -s bench`), started {sitting.started}, {sitting.total / 60:.1f} min in "
+        f"all. {carried}",
         "",
     ]
-    if quick:
+    if sitting.quick or any(r.quick for r in runs):
         lines += [
             "> **Quick mode**: small counts for smoke testing. Medians over so few repeats "
             "are noisy; do not quote these figures.",
             "",
         ]
+    return lines
+
+
+def summary(runs: list[Run], sitting: Sitting) -> str:
+    """The generated part from the title to the table of ratios."""
+    lines = _header(sitting, runs)
     lines += ["## Machine", ""]
-    lines += [f"- {k}: {v}" for k, v in machine_info.items()]
+    lines += [f"- {k}: {v}" for k, v in sitting.machine_info.items()]
     lines += ["", "## Versions", ""]
-    lines += [f"- {k}: {v}" for k, v in version_info.items()]
+    lines += [f"- {k}: {v}" for k, v in sitting.version_info.items()]
     lines += [
         "",
         "## Benchmarks run",
         "",
-        "| benchmark | command | elapsed | exit |",
-        "|---|---|---|---|",
+        "| benchmark | command | started | elapsed | exit |",
+        "|---|---|---|---|---|",
     ]
     for r in runs:
         rc = "-" if r.returncode is None else str(r.returncode)
-        note = f" ({r.note})" if r.note else ""
-        lines.append(f"| {r.name} | `{' '.join(r.argv)}` | {r.elapsed:.0f} s | {rc}{note} |")
+        notes = [n for n in (r.note, "quick" if r.quick else "") if n]
+        note = f" ({'; '.join(notes)})" if notes else ""
+        lines.append(
+            f"| {r.name} | `{' '.join(r.argv)}` | {r.started} | {r.elapsed:.0f} s | {rc}{note} |"
+        )
     lines += [
         "",
         "## Ratios against the anchors",
@@ -352,15 +299,28 @@ def render(
         "round, interleaved), [min-max] across rounds. A ratio below 1 means perdure costs "
         "less than the anchor. The verdict compares the median with the target.",
         "",
-        *ratio_table(figures),
-        "",
-        f"Temporal: {temporal_note}",
-        "",
-        "## Scale",
-        "",
-        *scale_table(figures),
-        "",
+        *ratio_table(shown_figures(runs, sitting)),
     ]
+    return "\n".join(lines)
+
+
+def listed_modules(summary_text: str) -> list[str]:
+    """The modules the table "Benchmarks run" of a summary part lists."""
+    names: list[str] = []
+    rows = summary_text.split("## Benchmarks run", 1)[-1].split("\n\n## ", 1)[0]
+    for line in rows.splitlines()[1:]:
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 2 and cells[1] not in ("benchmark", "") and set(cells[1]) != {"-"}:
+            names.append(cells[1])
+    return names
+
+
+def details(
+    runs: list[Run], sitting: Sitting, chart_paths: list[tuple[str, Path]], report_dir: Path
+) -> str:
+    """The generated part from the scale tables to the raw output."""
+    figures = shown_figures(runs, sitting)
+    lines = ["## Scale", "", *scale_table(figures), ""]
     for title, path in chart_paths:
         lines += [f"![{title}]({os.path.relpath(path, report_dir)})", ""]
     lines += ["## Settings of each figure", "", "| figure | settings |", "|---|---|"]
@@ -388,7 +348,7 @@ def render(
         "## Raw output",
         "",
     ]
-    for r in runs:
+    for r in (r for r in runs if r.output.strip()):
         lines += [
             "<details>",
             f"<summary>{r.name}</summary>",
