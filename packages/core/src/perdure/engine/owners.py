@@ -14,6 +14,11 @@ from functools import cache
 
 
 def _start_ticks(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot); None when it is gone.
+
+    A zombie (exited, not yet reaped by its parent) is gone: it runs nothing and holds
+    nothing, and under a parent that reaps late (a container without an init, a test
+    harness) it can linger for the parent's whole life."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             stat = f.read()
@@ -21,7 +26,9 @@ def _start_ticks(pid: int) -> str | None:
         return None
     # The command name may hold spaces; fields resume after the last ')'.
     fields = stat.rpartition(")")[2].split()
-    return fields[19] if len(fields) > 19 else None
+    if len(fields) <= 19 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
 
 
 @cache
