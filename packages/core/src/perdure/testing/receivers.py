@@ -18,11 +18,18 @@ import json
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
+from perdure.testing.patience import Patience
+
 HoldPoint = Literal["before", "after"]
+#: What else a waiter sees progress in (a process's output, a run's history length).
+Watch = Callable[[], Hashable]
+#: How often a waiter looks at ``watch`` and its patience (requests wake it at once).
+WATCH_PACE = 0.5
 
 
 @dataclass
@@ -81,35 +88,56 @@ class Receiver:
             self._holds[name] = h
         return h
 
-    def wait_held(self, hold: _Hold, timeout: float = 60.0) -> None:
-        if not hold.arrived.wait(timeout):
-            raise TimeoutError(f"no request reached the hold point within {timeout}s")
+    def wait_held(self, hold: _Hold, timeout: float = 60.0, *, watch: Watch | None = None) -> None:
+        """Block until a request reaches ``hold``. Times out only after ``timeout``
+        seconds in which nothing moved (``Patience``): no request reached the receiver
+        and ``watch()`` (what else the caller sees progress in) did not change."""
+        if not self._wait(hold.arrived.is_set, timeout, watch):
+            raise TimeoutError(
+                f"no request reached the hold point, and nothing moved for {timeout}s"
+            )
 
     def fail_next(self, name: str, count: int) -> None:
         """Answer the next ``count`` requests to ``/flaky/name`` with HTTP 503."""
         with self._lock:
             self._failures[name] = count
 
-    def wait_requests(self, name: str, count: int, timeout: float = 60.0) -> None:
-        """Block until ``name`` received at least ``count`` requests."""
-        with self._arrivals:
-            if not self._arrivals.wait_for(lambda: self.requests[name] >= count, timeout):
-                raise TimeoutError(
-                    f"{name!r} received {self.requests[name]} request(s), expected {count}"
-                )
+    def wait_requests(
+        self, name: str, count: int, timeout: float = 60.0, *, watch: Watch | None = None
+    ) -> None:
+        """Block until ``name`` received at least ``count`` requests; a timeout only after
+        ``timeout`` seconds in which nothing moved (as ``wait_held``)."""
+        if not self._wait(lambda: self.requests[name] >= count, timeout, watch):
+            raise TimeoutError(
+                f"{name!r} received {self.requests[name]} request(s), expected {count}, "
+                f"and nothing moved for {timeout}s"
+            )
 
     def wait_total(self, count: int, timeout: float = 60.0) -> bool:
-        """Block until all endpoints together received ``count`` requests; False on timeout."""
-        with self._arrivals:
-            return self._arrivals.wait_for(lambda: len(self.arrivals) >= count, timeout)
+        """Block until all endpoints together received ``count`` requests; False once
+        nothing moved for ``timeout`` seconds."""
+        return self._wait(lambda: len(self.arrivals) >= count, timeout, None)
 
     def wait_settled(self, name: str, timeout: float = 30.0) -> bool:
         """Block until every request ``/plain/name`` received has been applied: none is
-        half-handled, so the ledger says for sure what happened."""
-        with self._arrivals:
-            return self._arrivals.wait_for(
-                lambda: self.requests[name] == self.applied[name], timeout
-            )
+        half-handled, so the ledger says for sure what happened. False once nothing
+        moved for ``timeout`` seconds (a request is held)."""
+        return self._wait(lambda: self.requests[name] == self.applied[name], timeout, None)
+
+    def _wait(self, done: Callable[[], bool], stall: float, watch: Watch | None) -> bool:
+        """Wait until ``done()``; False after ``stall`` seconds without progress: no new
+        request, no effect applied, ``watch()`` unchanged."""
+        patience = Patience(stall)
+        while True:
+            with self._arrivals:
+                # Woken at once by every request; the pace only bounds how late a stall
+                # (or a change in what ``watch`` sees) is noticed.
+                if self._arrivals.wait_for(done, WATCH_PACE):
+                    return True
+                seen = (len(self.arrivals), sum(self.applied.values()))
+            patience.observe((seen, None if watch is None else watch()))
+            if patience.expired():
+                return False
 
     # -- HTTP ----------------------------------------------------------------------
 
@@ -120,7 +148,7 @@ class Receiver:
             self._arrivals.notify_all()
             hold = self._holds.pop(name, None)
         if hold is not None and hold.point == "before":
-            hold.arrived.set()
+            self._arrived(hold)
             hold.release.wait()
             if hold.dropped:
                 return 503, {"error": "sender gone"}
@@ -140,9 +168,14 @@ class Receiver:
                     self._answers[(name, key)] = answer
                 status = 200
         if hold is not None and hold.point == "after":
-            hold.arrived.set()
+            self._arrived(hold)
             hold.release.wait()
         return status, answer
+
+    def _arrived(self, hold: _Hold) -> None:
+        with self._lock:
+            hold.arrived.set()
+            self._arrivals.notify_all()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         receiver = self
