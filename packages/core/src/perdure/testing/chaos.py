@@ -31,7 +31,8 @@ from typing import Any
 
 import perdure
 from perdure.backend import Backend
-from perdure.records import RunInfo, RunStatus
+from perdure.records import EventKind, RunInfo, RunStatus
+from perdure.semantics.attention import Attention
 from perdure.testing.patience import Patience
 from perdure.testing.processes import Process, Processes
 from perdure.testing.receivers import Receiver, post
@@ -227,7 +228,7 @@ class Chaos:
         waiting = list(run_ids)
         started: list[str] = []
         signals: dict[str, Process] = {}
-        reconciled: set[tuple[str, str]] = set()
+        reconciled: set[tuple[str, int]] = set()
         back_at: float | None = None
         patience = Patience(stall)
         while True:
@@ -314,22 +315,32 @@ class Chaos:
                 pass  # the substrate is away (an outage scenario): look again later
         return infos
 
-    async def _reconcile(self, info: RunInfo, done: set[tuple[str, str]], tally: Tally) -> None:
+    async def _reconcile(self, info: RunInfo, answered: set[tuple[str, int]], tally: Tally) -> None:
         """The operator's part: an effect killed between its intent and its record is
-        looked up in the receiver's ledger, then marked succeeded or retried."""
+        looked up in the receiver's ledger, then marked succeeded or retried.
+
+        Each parking is answered once: it is named by its ``needs_attention`` event, so
+        a run parked again at the same step (its retry was killed mid-effect too) is
+        answered again, and a status read before an answer took effect is not."""
         attention = info.attention or {}
         step_key = str(attention.get("step_key"))
-        if attention.get("reason") != "unknown-outcome" or (info.run_id, step_key) in done:
-            if attention.get("reason") != "unknown-outcome":
-                tally.problems.append(f"{info.run_id} parked: {attention}")
-                done.add((info.run_id, step_key))
+        try:
+            history = await self.backend.history(info.run_id)
+        except perdure.BackendUnavailableError:
+            return  # the substrate is away (an outage scenario): again later
+        parkings = [e.seq for e in history if e.kind is EventKind.NEEDS_ATTENTION]
+        if not parkings or (info.run_id, parkings[-1]) in answered:
+            return
+        parking = (info.run_id, parkings[-1])
+        if attention.get("reason") != Attention.UNKNOWN_OUTCOME:
+            tally.problems.append(f"{info.run_id} parked: {attention}")
+            answered.add(parking)
             return
         # Every request that reached the receiver has been applied (none half-handled).
-        await asyncio.to_thread(self.receiver.wait_settled, "email")
+        if not await asyncio.to_thread(self.receiver.wait_settled, "email"):
+            return  # a request is still being handled: look again
         key = f"{info.run_id}:{step_key}"
         keys = self.receiver.keys["email"]
-        tally.needs_attention += 1
-        done.add((info.run_id, step_key))
         try:
             if key in keys:
                 result = f"email-{keys.index(key) + 1}"
@@ -339,8 +350,11 @@ class Chaos:
             else:
                 await self.backend.reconcile(info.run_id, step_key, "retry", by="chaos")
         except perdure.BackendUnavailableError:
-            tally.needs_attention -= 1
-            done.discard((info.run_id, step_key))  # the substrate is away: again later
+            return  # the substrate is away: again later
+        except perdure.InvalidRunStateError:
+            return  # no longer parked there (the status read was stale): look again
+        answered.add(parking)
+        tally.needs_attention += 1
 
     async def _count(self, run_ids: list[str], tally: Tally) -> None:
         charges = Counter(k.partition(":")[0] for k in self.receiver.keys["charge"])
