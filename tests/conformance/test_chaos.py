@@ -9,18 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from perdure.testing import Processes, Receiver
 from perdure.testing.chaos import Chaos
 
 
-@pytest.mark.perdure_not_on(
-    "dbos+sqlite",
-    "dbos+postgresql",
-    reason="on DBOS a chaos run is now and then left suspended, not woken (seen on both "
-    "columns, once with no kill at all; not yet explained)",
-)
 async def test_random_sigkills_lose_duplicate_and_fail_nothing(
     perdure_backend: Any,
     perdure_store: str,

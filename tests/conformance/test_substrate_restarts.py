@@ -29,16 +29,22 @@ from perdure.testing.plugin import store_names
 
 #: How long the PostgreSQL and Temporal outages last: the fault itself, not a wait.
 OUTAGE_SECONDS = 2.0
-#: The SQLite store waits this long for a lock before a write fails (PRAGMA busy_timeout).
-SQLITE_BUSY_SECONDS = 10.0
+#: How long each column's SQLite connections wait for a lock before a write fails
+#: (PRAGMA busy_timeout: perdure's store, DBOS's system database).
+SQLITE_BUSY_SECONDS = {"sqlite": 10.0, "dbos+sqlite": 30.0}
 RUNS = 2
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Each scenario runs on its column when PERDURE_TEST_STORES selects it."""
+    """Each scenario runs on its columns that PERDURE_TEST_STORES selects."""
     marker = metafunc.definition.get_closest_marker("restarts")
     if marker is not None and "column" in metafunc.fixturenames:
-        metafunc.parametrize("column", [c for c in store_names() if c == marker.args[0]])
+        metafunc.parametrize("column", [c for c in store_names() if c in marker.args])
+
+
+def on_column(column: str, url: str) -> str:
+    """``url`` of a substrate as the column's backend names it (DBOS's: ``dbos+...``)."""
+    return f"dbos+{url}" if column.startswith("dbos+") else url
 
 
 def free_port() -> int:
@@ -110,11 +116,11 @@ def assert_rode_it_out(tally: Tally, *, logged: bool = True) -> None:
         assert tally.outage_logged, "no driving process noticed the outage"
 
 
-@pytest.mark.restarts("postgresql")
+@pytest.mark.restarts("postgresql", "dbos+postgresql")
 async def test_a_postgresql_restart_mid_run(
     column: str, own_postgres: tuple[str, str], receiver: Receiver, tests_folder: Path
 ) -> None:
-    name, url = own_postgres
+    name, server = own_postgres
 
     async def restart() -> float:
         await asyncio.to_thread(
@@ -128,20 +134,21 @@ async def test_a_postgresql_restart_mid_run(
         )
         # The server is back when it takes a connection, which on a loaded machine is
         # seconds before pg_ctlcluster returns: measure from then, not from the tool.
-        back = await asyncio.to_thread(first_connection, url)
+        back = await asyncio.to_thread(first_connection, server)
         await starting
         return back
 
+    url = on_column(column, server)
     tally = await chaos_with_outage(url, receiver, tests_folder, column, restart)
     assert_rode_it_out(tally, logged=False)
 
 
-@pytest.mark.restarts("sqlite")
+@pytest.mark.restarts("sqlite", "dbos+sqlite")
 async def test_the_sqlite_file_locked_by_another_process_mid_run(
     column: str, tmp_path: Path, receiver: Receiver, tests_folder: Path
 ) -> None:
     path = tmp_path / "perdure.db"
-    url = f"sqlite:///{path}"
+    url = on_column(column, f"sqlite:///{path}")
 
     def hold_the_write_lock() -> float:
         holder = sqlite3.connect(path, isolation_level=None)
@@ -150,7 +157,7 @@ async def test_the_sqlite_file_locked_by_another_process_mid_run(
             # Twice the workers' busy timeout: every write they begin in the first half
             # fails, not just waits (with a small margin a loaded machine's drives could
             # all begin their writes late and slip through: nothing to ride out).
-            time.sleep(2 * SQLITE_BUSY_SECONDS)  # the outage itself
+            time.sleep(2 * SQLITE_BUSY_SECONDS[column])  # the outage itself
             holder.execute("ROLLBACK")
             return time.time()
         finally:

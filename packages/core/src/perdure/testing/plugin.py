@@ -184,7 +184,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "perdure_only(*columns, reason): run this test on those columns only"
     )
     config.addinivalue_line(
-        "markers", "restarts(column): a substrate-restart scenario of that store column"
+        "markers", "restarts(*columns): a substrate-restart scenario of those store columns"
     )
 
 
