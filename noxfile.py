@@ -129,7 +129,8 @@ def chaos(session: nox.Session) -> None:
     processes per column (PERDURE_TEST_STORES, default every column) and restarts each
     substrate mid-run, then prints one table (runs, kills, lost, duplicates, ...)."""
     stores = os.environ.get("PERDURE_TEST_STORES", DEFAULT_STORES)
-    report = ROOT / ".nox-chaos.jsonl"
+    # Its own file per soak when given (two soaks at once must not share one).
+    report = Path(os.environ.get("PERDURE_CHAOS_REPORT") or ROOT / ".nox-chaos.jsonl")
     report.unlink(missing_ok=True)
     env = {
         "PERDURE_TEST_STORES": stores,
