@@ -7,7 +7,7 @@ import asyncio
 import importlib.util
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
 
 from rich.table import Table
@@ -21,8 +21,12 @@ class Format(str, Enum):
     JSON = "json"
 
 
-def _need_extra() -> None:
-    missing = [m for m in ("httpx", "starlette", "uvicorn") if importlib.util.find_spec(m) is None]
+#: What the gateway's servers import (the gateway extra); the MCP proxy needs ``mcp`` too.
+_EXTRA = ("aiohttp", "starlette", "uvicorn")
+
+
+def _need_extra(*also: str) -> None:
+    missing = [m for m in (*_EXTRA, *also) if importlib.util.find_spec(m) is None]
     if missing:
         raise CliError(
             f"the gateway needs the gateway extra: pip install 'perdure[gateway]' "
@@ -41,6 +45,17 @@ async def _check_ledger(url: str) -> None:
     await ledger.close()
 
 
+def _run(resolved: str, listen: str, app: object, ready: Callable[[str], str]) -> None:
+    """Check the ledger, bind ``listen``, serve ``app``; print ``ready(address)`` once
+    it serves."""
+    from perdure.gateway.serve import bind
+    from perdure.gateway.serve import serve as run_server
+
+    asyncio.run(_check_ledger(resolved))
+    sock = bind(listen)
+    run_server(app, sock, ready)
+
+
 def serve(
     url: str | None,
     listen: str,
@@ -52,8 +67,6 @@ def serve(
 ) -> None:
     _need_extra()
     from perdure.gateway.http import GatewaySettings, create_app
-    from perdure.gateway.serve import bind
-    from perdure.gateway.serve import serve as run_server
     from perdure.gateway.upstreams import parse_upstreams
 
     if not upstreams:
@@ -67,12 +80,11 @@ def serve(
         max_body=max_body,
         require_key=require_key,
     )
-    asyncio.run(_check_ledger(resolved))
-    sock = bind(listen)
     names = ", ".join(f"/{n}/ -> {u}" for n, u in settings.upstreams.items())
-    run_server(
+    _run(
+        resolved,
+        listen,
         create_app(settings),
-        sock,
         lambda address: f"perdure gateway on {address} ({names}); ledger {mask_url(resolved)}",
     )
 
@@ -165,17 +177,10 @@ def serve_mcp(
     timeout: float,
     require_key: bool,
 ) -> None:
-    _need_extra()
-    if importlib.util.find_spec("mcp") is None:
-        raise CliError(
-            "the MCP proxy needs the gateway extra: pip install 'perdure[gateway]' (missing: mcp)",
-            EXIT_CONFIG,
-        )
+    _need_extra("mcp")
     from mcp import StdioServerParameters
 
     from perdure.gateway.mcp_proxy import McpSettings, create_mcp_app
-    from perdure.gateway.serve import bind
-    from perdure.gateway.serve import serve as run_server
 
     if (upstream is None) == (not command):
         raise CliError("give the upstream MCP server: --upstream URL or -- COMMAND...", EXIT_CONFIG)
@@ -196,12 +201,11 @@ def serve_mcp(
         timeout=timeout,
         require_key=require_key,
     )
-    asyncio.run(_check_ledger(resolved))
-    sock = bind(listen)
     shown = upstream if upstream is not None else " ".join(command)
-    run_server(
+    _run(
+        resolved,
+        listen,
         create_mcp_app(settings),
-        sock,
         lambda address: (
             f"perdure gateway (MCP {name}) on {address}/mcp -> {shown}; ledger {mask_url(resolved)}"
         ),

@@ -1,16 +1,22 @@
-"""The HTTP gateway: an ASGI reverse proxy (Starlette + httpx) that forwards a request
-carrying an ``Idempotency-Key`` header to its upstream at most once.
+"""The HTTP gateway: an ASGI reverse proxy (Starlette in, aiohttp out) that forwards a
+request carrying an ``Idempotency-Key`` header to its upstream at most once.
 
 ``/NAME/rest/of/path?query`` goes to ``URL/rest/of/path?query`` of the upstream named
 ``NAME``. A request without the header passes through untouched (or is refused with
 ``require_key``). Retries get the stored status, headers and body, plus
 ``Idempotent-Replayed: true``. The gateway answers itself, with a JSON body whose
 ``error`` says why: ``409 outcome_unknown`` (the first call's outcome is unknown; it is
-not re-sent), ``409 in_progress``, ``422 idempotency_key_reused``, ``502
-upstream_unreachable`` (nothing was sent), ``503 ledger_unavailable`` (nothing was
-sent), ``404 unknown_upstream``, ``413 request_too_large``.
+not re-sent), ``409 in_progress``, ``422
+idempotency_key_reused``, ``502 upstream_unreachable`` (nothing was sent), ``503
+ledger_unavailable`` (nothing was sent), ``404 unknown_upstream``, ``413
+request_too_large``.
 
 ``GET /_perdure/status`` tells what this process forwards and who waits on it.
+
+The outbound client is aiohttp (C-accelerated parser, keep-alive pool, TCP_NODELAY):
+per forwarded call it costs about half the CPU of httpx's async client, and the
+gateway's overhead is mostly that hop. Served by uvicorn, which picks httptools and
+uvloop (both in the extra) over h11 and asyncio's loop.
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ import contextlib
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 
-import httpx
+import aiohttp
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from yarl import URL
 
 from perdure.errors import BackendUnavailableError, PerdureError
 from perdure.gateway.ledger import Ledger, open_ledger
@@ -79,6 +86,10 @@ class GatewaySettings:
         object.__setattr__(self, "upstream_names", tuple(self.upstreams))
 
 
+#: Headers aiohttp would add on its own; a forwarded request carries the caller's only.
+_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
+
+
 def _error(http_status: int, code: str, message: str, **extra: object) -> JSONResponse:
     return JSONResponse({"error": code, "message": message, **extra}, status_code=http_status)
 
@@ -94,15 +105,19 @@ class _Proxy:
             max_body=settings.max_body,
             wait_limit=settings.timeout + settings.lease,
         )
-        self.client: httpx.AsyncClient | None = None
+        self.client: aiohttp.ClientSession | None = None
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncGenerator[None]:
         await self.ledger.open()
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.settings.timeout),
-            follow_redirects=False,
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+        self.client = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=200),
+            timeout=aiohttp.ClientTimeout(total=self.settings.timeout),
+            # Forward what the caller sent and nothing more: no default headers, no
+            # decoding of the body, no cookies kept from one caller for the next.
+            skip_auto_headers=_AUTO_HEADERS,
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
         tasks = [
             asyncio.ensure_future(self.once.renew_forever()),
@@ -113,7 +128,7 @@ class _Proxy:
         finally:
             for task in tasks:
                 task.cancel()
-            await self.client.aclose()
+            await self.client.close()
             await self.ledger.close()
 
     async def status(self, request: Request) -> Response:
@@ -146,7 +161,7 @@ class _Proxy:
                 return _response(await send(), replayed=None)
             except NotSent as exc:
                 return _error(502, "upstream_unreachable", f"{name!r} could not be reached: {exc}")
-            except httpx.HTTPError as exc:
+            except (aiohttp.ClientError, TimeoutError) as exc:
                 return _error(502, "upstream_error", f"{name!r}: {type(exc).__name__}: {exc}")
         fp = fingerprint(request.method, f"/{rest}?{request.url.query}", body)
         try:
@@ -174,21 +189,25 @@ class _Proxy:
         self, method: str, url: str, headers: list[tuple[str, str]], body: bytes
     ) -> StoredResponse:
         assert self.client is not None
-        request = self.client.build_request(method, url, headers=headers, content=body)
         try:
-            response = await self.client.send(request, stream=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            async with self.client.request(
+                method,
+                URL(url, encoded=True),  # the path and query as the caller wrote them
+                headers=headers,
+                data=body or None,
+                allow_redirects=False,
+            ) as response:
+                payload = await response.read()
+                raw = response.raw_headers
+                status = response.status
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             raise NotSent(f"{type(exc).__name__}: {exc}") from exc
-        try:
-            body = b"".join([chunk async for chunk in response.aiter_raw()])
-        finally:
-            await response.aclose()
         pairs = tuple(
             (k.decode("latin-1"), v.decode("latin-1"))
-            for k, v in response.headers.raw
+            for k, v in raw
             if k.decode("latin-1").lower() not in _HOP
         )
-        return StoredResponse(response.status_code, pairs, body, len(body))
+        return StoredResponse(status, pairs, payload, len(payload))
 
 
 def _response(stored: StoredResponse, replayed: bool | None) -> Response:

@@ -228,6 +228,57 @@ def describe_conninfo(conninfo: str) -> str:
     return f"{host}:{port}/{params.get('dbname') or params.get('user') or ''}"
 
 
+def connect_kwargs(conninfo: str) -> dict[str, Any]:
+    """psycopg connection options: autocommit, and a connect timeout unless the URL
+    sets one."""
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if "connect_timeout" not in conninfo_to_dict(conninfo):
+        kwargs["connect_timeout"] = _CONNECT_TIMEOUT
+    return kwargs
+
+
+async def open_pool(
+    conninfo: str, kwargs: dict[str, Any], size: int, name: str, where: str
+) -> AsyncConnectionPool[Conn]:
+    """An open pool of up to ``size`` connections; an unreachable server is a typed error
+    naming ``where``."""
+    pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+        conninfo,
+        kwargs=kwargs,
+        min_size=1,
+        max_size=size,
+        open=False,
+        timeout=_POOL_TIMEOUT,
+        name=name,
+    )
+    try:
+        await pool.open(wait=True, timeout=_POOL_OPEN_TIMEOUT)
+    except PoolTimeout as exc:
+        await pool.close()
+        raise postgres_error(exc, where) from exc
+    return pool
+
+
+@asynccontextmanager
+async def borrowed(pool: AsyncConnectionPool[Conn], where: str) -> AsyncGenerator[Conn, None]:
+    """A connection of ``pool`` for one call; driver errors become typed ones naming
+    ``where`` (an integrity error passes: the caller knows what its race means)."""
+    # getconn/putconn rather than pool.connection(): the connections are autocommit,
+    # so its commit-on-exit has nothing to do, and skipping it halves the pool's cost.
+    try:
+        conn = await pool.getconn()
+    except PoolTimeout as exc:
+        raise postgres_error(exc, where) from exc
+    try:
+        yield conn
+    except psycopg.IntegrityError:
+        raise
+    except psycopg.Error as exc:
+        raise postgres_error(exc, where) from exc
+    finally:
+        await pool.putconn(conn)  # rolls back a transaction left open by an error
+
+
 class PostgresStore(Store):
     """Runs, histories and inboxes in one PostgreSQL schema."""
 
@@ -235,9 +286,7 @@ class PostgresStore(Store):
         self.url = url
         self._conninfo, self.schema, self.pool_size = parse_postgres_url(url)
         self.where = describe_conninfo(self._conninfo)
-        self._kwargs: dict[str, Any] = {"autocommit": True}
-        if "connect_timeout" not in conninfo_to_dict(self._conninfo):
-            self._kwargs["connect_timeout"] = _CONNECT_TIMEOUT
+        self._kwargs = connect_kwargs(self._conninfo)
         prefix = f'"{self.schema}".'
         self._q = {k: v.replace("{s}", prefix).encode() for k, v in _TEMPLATES.items()}
         self._run = _RUN.replace("{s}", prefix)
@@ -262,21 +311,9 @@ class PostgresStore(Store):
             raise postgres_error(
                 exc, f"{self.where}, bringing schema {self.schema!r} up to date"
             ) from exc
-        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
-            self._conninfo,
-            kwargs=self._kwargs,
-            min_size=1,
-            max_size=self.pool_size,
-            open=False,
-            timeout=_POOL_TIMEOUT,
-            name=f"perdure:{self.schema}",
+        self._pool = await open_pool(
+            self._conninfo, self._kwargs, self.pool_size, f"perdure:{self.schema}", self.where
         )
-        try:
-            await pool.open(wait=True, timeout=_POOL_OPEN_TIMEOUT)
-        except PoolTimeout as exc:
-            await pool.close()
-            raise self._unavailable(exc) from exc
-        self._pool = pool
 
     async def _migrate(self, conn: Conn) -> None:
         table = f'"{self.schema}".perdure_migrations'
@@ -320,23 +357,10 @@ class PostgresStore(Store):
 
     @asynccontextmanager
     async def _conn(self) -> AsyncGenerator[Conn, None]:
-        pool = self._pool
-        if pool is None:
+        if self._pool is None:
             raise BackendUnavailableError(f"PostgreSQL store at {self.where} is not open")
-        # getconn/putconn rather than pool.connection(): the connections are autocommit,
-        # so its commit-on-exit has nothing to do, and skipping it halves the pool's cost.
-        try:
-            conn = await pool.getconn()
-        except PoolTimeout as exc:
-            raise self._unavailable(exc) from exc
-        try:
+        async with borrowed(self._pool, self.where) as conn:
             yield conn
-        except psycopg.IntegrityError:
-            raise  # a fenced insert that lost its race: the caller knows what it means
-        except psycopg.Error as exc:
-            raise self._unavailable(exc) from exc
-        finally:
-            await pool.putconn(conn)  # rolls back a transaction left open by an error
 
     async def _all(self, conn: Conn, name: str, params: dict[str, Any]) -> list[TupleRow]:
         cur = await conn.execute(self._q[name], params)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote
@@ -118,6 +118,43 @@ def parse_sqlite_url(url: str) -> tuple[str, str]:
     return path, synchronous
 
 
+def connect(
+    path: str, synchronous: str, setup: Callable[[sqlite3.Connection], None] | None = None
+) -> sqlite3.Connection:
+    """An autocommit connection to the SQLite file ``path`` as every perdure process
+    opens it: WAL, the given ``synchronous`` level, waiting up to 10 s for the write
+    lock; then ``setup`` (tables, pragmas of the caller's own). Usable from any thread
+    (each caller keeps it on one event loop). Errors are typed; nothing is left open."""
+    try:
+        db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise sqlite_error(exc, path) from exc
+    try:
+        db.execute("PRAGMA busy_timeout = 10000")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute(f"PRAGMA synchronous = {synchronous}")
+        if setup is not None:
+            setup(db)
+    except sqlite3.Error as exc:
+        db.close()
+        raise sqlite_error(exc, path) from exc
+    return db
+
+
+@contextmanager
+def immediate(db: sqlite3.Connection) -> Generator[sqlite3.Connection, None, None]:
+    """One ``BEGIN IMMEDIATE`` transaction: committed if the body returns, else rolled
+    back. Its body must not ``await``: coroutines share the connection."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
 class SqliteStore(Store):
     """Runs, histories and inboxes in one SQLite file (WAL mode)."""
 
@@ -131,28 +168,16 @@ class SqliteStore(Store):
     async def open(self) -> None:
         if self._db is not None:
             return
-        try:
-            db = sqlite3.connect(
-                self.path, timeout=10.0, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise sqlite_error(exc, self.path) from exc
-        try:
-            db.execute("PRAGMA busy_timeout = 10000")
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute(f"PRAGMA synchronous = {self.synchronous}")
-            db.execute("PRAGMA foreign_keys = ON")
-            self._migrate(db)
-        except sqlite3.Error as exc:
-            db.close()
-            raise sqlite_error(exc, self.path) from exc
-        self._db = db
+        self._db = connect(self.path, self.synchronous, self._prepare)
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        db.execute("PRAGMA foreign_keys = ON")
+        self._migrate(db)
 
     def _migrate(self, db: sqlite3.Connection) -> None:
         if self._version(db) >= LATEST_VERSION:
             return  # the common case takes no write lock
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(db):
             db.execute(
                 "CREATE TABLE IF NOT EXISTS perdure_migrations ("
                 "version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
@@ -166,11 +191,6 @@ class SqliteStore(Store):
                         "INSERT INTO perdure_migrations (version, applied_at) VALUES (?, ?)",
                         (migration.version, time.time()),
                     )
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
 
     @staticmethod
     def _version(db: sqlite3.Connection) -> int:
@@ -205,15 +225,8 @@ class SqliteStore(Store):
     @contextmanager
     def _write(self) -> Generator[sqlite3.Connection, None, None]:
         """One ``BEGIN IMMEDIATE`` transaction: committed if the body returns."""
-        with self._read() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+        with self._read() as db, immediate(db):
+            yield db
 
     def _run_row(self, db: sqlite3.Connection, run_id: str) -> RunInfo:
         row = db.execute(_SELECT_RUN, (run_id,)).fetchone()
