@@ -51,6 +51,42 @@ async def test_a_sigkilled_workers_retried_call_reaches_the_upstream_once(
     assert info.result == {"id": "mail-1", "duplicate": False}  # the answer the first call got
 
 
+async def test_an_unknown_outcome_from_the_gateway_parks_the_idempotent_step(
+    perdure_backend: Any, receiver: Receiver, processes: Processes
+) -> None:
+    # The worker and the gateway die while the upstream applies the call: the retry
+    # hears 409 outcome_unknown, which no retry can change, so the run parks.
+    gateway = start_gateway(processes, receiver)
+    hold = receiver.hold("mail", "after")
+    env = {"PERDURE_TEST_GATEWAY": gateway.url}
+    driver = processes.drive("gateway_flows", "notify", "ada", run_id="g-lost", env=env)
+    await asyncio.to_thread(receiver.wait_held, hold)
+    driver.kill()
+    gateway.kill()
+    hold.release.set()
+
+    restarted = start_gateway(processes, receiver)
+    processes.worker("gateway_flows", env={"PERDURE_TEST_GATEWAY": restarted.url})
+    info = await wait_for_status(perdure_backend, "g-lost", STOPPED)
+    assert info.status is RunStatus.NEEDS_ATTENTION, info.error
+    attention = info.attention or {}
+    assert attention["reason"] == "unknown-outcome"
+    assert attention["step_key"] == "1:send_mail"
+    assert attention["name"] == "send_mail"
+    assert "409 outcome_unknown" in attention["message"]
+    assert receiver.requests["mail"] == 1  # never re-sent
+
+    # The operator checked the upstream (the mail did not go out, say) and lets it retry.
+    forgot = processes.cli("gateway", "forget", "recv", "g-lost:1:send_mail")
+    assert forgot.returncode == 0, forgot.stderr
+    again = processes.cli("reconcile", "g-lost", "--step", "1:send_mail", "--retry")
+    assert again.returncode == 0, again.stderr
+    info = await wait_for_status(perdure_backend, "g-lost", STOPPED)
+    assert info.status is RunStatus.SUCCEEDED, info.error
+    assert receiver.requests["mail"] == 2
+    assert info.result == {"id": "mail-2", "duplicate": False}
+
+
 async def test_concurrent_requests_with_one_key_reach_the_upstream_once(
     receiver: Receiver, processes: Processes
 ) -> None:

@@ -155,6 +155,17 @@ class OutcomeUnknownError(PerdureError):
     """
 
 
+class OutcomeUnresolvedError(OutcomeUnknownError):
+    """The receiver says an earlier call with this effect's idempotency key has an
+    unknown outcome and will not apply it again until an operator resolves it (perdure's
+    gateway answers so: ``409 outcome_unknown``). Retrying cannot help: the run parks as
+    ``needs-attention`` at the effect, idempotent receiver or not, for ``reconcile``.
+
+    Raised by the effect, or recognized from an HTTP client's error carrying the
+    gateway's answer (``perdure.semantics.unresolved``).
+    """
+
+
 class SignalTimeoutError(PerdureError, TimeoutError):
     """``wait_for_signal`` reached its timeout with no signal delivered."""
 

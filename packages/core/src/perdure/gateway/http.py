@@ -6,7 +6,7 @@ request carrying an ``Idempotency-Key`` header to its upstream at most once.
 ``require_key``). Retries get the stored status, headers and body, plus
 ``Idempotent-Replayed: true``. The gateway answers itself, with a JSON body whose
 ``error`` says why: ``409 outcome_unknown`` (the first call's outcome is unknown; it is
-not re-sent), ``409 in_progress``, ``422
+not re-sent; header ``Perdure-Outcome: unknown``), ``409 in_progress``, ``422
 idempotency_key_reused``, ``502 upstream_unreachable`` (nothing was sent), ``503
 ledger_unavailable`` (nothing was sent), ``404 unknown_upstream``, ``413
 request_too_large``.
@@ -35,9 +35,10 @@ from yarl import URL
 
 from perdure.errors import BackendUnavailableError, PerdureError
 from perdure.gateway.ledger import Ledger, open_ledger
-from perdure.gateway.once import GatewayRefusal, NotSent, Once
+from perdure.gateway.once import GatewayRefusal, NotSent, Once, OutcomeUnknown
 from perdure.gateway.records import StoredResponse, fingerprint
 from perdure.gateway.upstreams import check_name, check_url
+from perdure.semantics.unresolved import OUTCOME_HEADER, UNKNOWN
 
 KEY_HEADER = "idempotency-key"
 
@@ -167,7 +168,10 @@ class _Proxy:
         try:
             reply = await self.once.call(name, key, fp, send)
         except GatewayRefusal as exc:
-            return JSONResponse(exc.body(), status_code=exc.status)
+            # The header lets a worker's effect see, whatever its HTTP client, that a
+            # retry cannot help: its run parks at the step (``semantics.unresolved``).
+            marked = {OUTCOME_HEADER: UNKNOWN} if isinstance(exc, OutcomeUnknown) else None
+            return JSONResponse(exc.body(), status_code=exc.status, headers=marked)
         except BackendUnavailableError as exc:
             return _error(503, "ledger_unavailable", f"nothing was sent: {exc}", upstream=name)
         except PerdureError as exc:

@@ -30,6 +30,7 @@ from perdure.semantics import events as ev
 from perdure.semantics.attention import unknown_outcome
 from perdure.semantics.history import History, position_of
 from perdure.semantics.journal import Journal
+from perdure.semantics.unresolved import unresolved_outcome
 from perdure.serialization import from_jsonable, to_jsonable
 from perdure.steps import call_plain
 from perdure.store import RunUpdate
@@ -345,9 +346,14 @@ class DriveContext:
             try:
                 result = await call_plain(fn, args, kwargs)
             except Exception as exc:
-                if isinstance(exc, OutcomeUnknownError) and non_idempotent:
+                # The receiver refuses to apply it again (the gateway's unknown outcome):
+                # a retry cannot help, whatever the effect declares.
+                unresolved = unresolved_outcome(exc) if spec.kind == "effect" else None
+                if unresolved is not None or (
+                    isinstance(exc, OutcomeUnknownError) and non_idempotent
+                ):
                     attention = unknown_outcome(
-                        key, spec.name, args, kwargs, intent_at=None, message=str(exc)
+                        key, spec.name, args, kwargs, intent_at=None, message=unresolved or str(exc)
                     )
                     raise self.park(attention, key, spec.name) from exc
                 retryable = spec.retry.should_retry(exc, attempt) or (
