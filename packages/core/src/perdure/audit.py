@@ -197,8 +197,9 @@ def calls_of(fn: Any) -> tuple[str, ...]:
     return tuple(found.values())
 
 
-def load_declarations(start: Path) -> tuple[Path | None, dict[str, Policy]]:
-    """``[tool.perdure.tools]`` of the nearest ``pyproject.toml`` above ``start``."""
+def perdure_table(start: Path, name: str) -> tuple[Path, dict[str, Any]] | None:
+    """``[tool.perdure.NAME]`` of the nearest ``pyproject.toml`` above ``start`` that has
+    one, with that file's path; None if none has it."""
     for folder in (start, *start.parents):
         path = folder / "pyproject.toml"
         if not path.is_file():
@@ -206,23 +207,32 @@ def load_declarations(start: Path) -> tuple[Path | None, dict[str, Policy]]:
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigurationError(f"{path}: cannot read [tool.perdure.tools]: {exc}") from exc
-        table: Any = data.get("tool", {}).get("perdure", {}).get("tools")
+            raise ConfigurationError(f"{path}: cannot read [tool.perdure.{name}]: {exc}") from exc
+        table: Any = data.get("tool", {}).get("perdure", {}).get(name)
         if table is None:
             continue
         if not isinstance(table, dict):
-            raise ConfigurationError(f"{path}: [tool.perdure.tools] must be a table")
-        declared: dict[str, Policy] = {}
-        for key, value in cast(dict[str, Any], table).items():
-            policy = CONFIG_POLICIES.get(value) if isinstance(value, str) else None
-            if policy is None:
-                raise ConfigurationError(
-                    f"{path}: [tool.perdure.tools] {key!r} = {value!r}: expected one of "
-                    + ", ".join(repr(v) for v in CONFIG_POLICIES)
-                )
-            declared[key] = policy
-        return path, declared
-    return None, {}
+            raise ConfigurationError(f"{path}: [tool.perdure.{name}] must be a table")
+        return path, cast(dict[str, Any], table)
+    return None
+
+
+def load_declarations(start: Path) -> tuple[Path | None, dict[str, Policy]]:
+    """``[tool.perdure.tools]`` of the nearest ``pyproject.toml`` above ``start``."""
+    found = perdure_table(start, "tools")
+    if found is None:
+        return None, {}
+    path, table = found
+    declared: dict[str, Policy] = {}
+    for key, value in table.items():
+        policy = CONFIG_POLICIES.get(value) if isinstance(value, str) else None
+        if policy is None:
+            raise ConfigurationError(
+                f"{path}: [tool.perdure.tools] {key!r} = {value!r}: expected one of "
+                + ", ".join(repr(v) for v in CONFIG_POLICIES)
+            )
+        declared[key] = policy
+    return path, declared
 
 
 @dataclass

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from perdure.audit import Audit, Entry
+from perdure.audit import Audit, Entry, perdure_table
 from perdure.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -39,36 +38,26 @@ Target = str | list[str]
 
 def load_mcp_servers(start: Path) -> tuple[Path | None, dict[str, Target]]:
     """``[tool.perdure.mcp]`` of the nearest ``pyproject.toml`` above ``start``."""
-    for folder in (start, *start.parents):
-        path = folder / "pyproject.toml"
-        if not path.is_file():
-            continue
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigurationError(f"{path}: cannot read [tool.perdure.mcp]: {exc}") from exc
-        table: Any = data.get("tool", {}).get("perdure", {}).get("mcp")
-        if table is None:
-            continue
-        if not isinstance(table, dict):
-            raise ConfigurationError(f"{path}: [tool.perdure.mcp] must be a table")
-        servers: dict[str, Target] = {}
-        for name, value in cast(dict[str, Any], table).items():
-            if isinstance(value, str) and value.startswith(("http://", "https://")):
-                servers[name] = value
-            elif (
-                isinstance(value, list)
-                and value
-                and all(isinstance(v, str) for v in cast(list[Any], value))
-            ):
-                servers[name] = [str(v) for v in cast(list[Any], value)]
-            else:
-                raise ConfigurationError(
-                    f"{path}: [tool.perdure.mcp] {name!r} = {value!r}: expected an http(s) URL "
-                    "or a command as a list of strings"
-                )
-        return path, servers
-    return None, {}
+    found = perdure_table(start, "mcp")
+    if found is None:
+        return None, {}
+    path, table = found
+    servers: dict[str, Target] = {}
+    for name, value in table.items():
+        if isinstance(value, str) and value.startswith(("http://", "https://")):
+            servers[name] = value
+        elif (
+            isinstance(value, list)
+            and value
+            and all(isinstance(v, str) for v in cast(list[Any], value))
+        ):
+            servers[name] = [str(v) for v in cast(list[Any], value)]
+        else:
+            raise ConfigurationError(
+                f"{path}: [tool.perdure.mcp] {name!r} = {value!r}: expected an http(s) URL "
+                "or a command as a list of strings"
+            )
+    return path, servers
 
 
 async def _list(target: Target, timeout: float) -> list[Tool]:

@@ -510,6 +510,23 @@ def demo_cmd(
 
 # -- gateway ------------------------------------------------------------------------------
 
+Listen = Annotated[
+    str, typer.Option("--listen", help="HOST:PORT to listen on (:0 picks a free port).")
+]
+Retention = Annotated[
+    str, typer.Option("--retention", help="How long answered keys are kept, e.g. 24h, 7d.")
+]
+UpstreamTimeout = Annotated[
+    str,
+    typer.Option(
+        "--timeout", help="How long the upstream may take; past it the outcome is unknown."
+    ),
+]
+RequireKey = Annotated[
+    bool,
+    typer.Option("--require-key", help="Refuse side-effecting calls without an idempotency key."),
+]
+
 
 @gateway_app.command("serve")
 def gateway_serve_cmd(
@@ -522,28 +539,17 @@ def gateway_serve_cmd(
         ),
     ],
     url: Url = None,
-    listen: Annotated[
-        str, typer.Option("--listen", help="HOST:PORT to listen on (:0 picks a free port).")
-    ] = "127.0.0.1:8780",
-    retention: Annotated[
-        str, typer.Option("--retention", help="How long answered keys are kept, e.g. 24h, 7d.")
-    ] = "24h",
-    timeout: Annotated[
-        str,
-        typer.Option(
-            "--timeout", help="How long the upstream may take; past it the outcome is unknown."
-        ),
-    ] = "60s",
+    listen: Listen = "127.0.0.1:8780",
+    retention: Retention = "24h",
+    timeout: UpstreamTimeout = "60s",
     max_body: Annotated[
         int,
         typer.Option("--max-body", min=0, help="Largest response body (bytes) kept for replay."),
     ] = 8 * 1024 * 1024,
-    require_key: Annotated[
-        bool,
-        typer.Option("--require-key", help="Refuse requests without an Idempotency-Key (428)."),
-    ] = False,
+    require_key: RequireKey = False,
 ) -> None:
-    """Serve the HTTP gateway: requests with an Idempotency-Key reach their upstream once."""
+    """Serve the HTTP gateway: requests with an Idempotency-Key reach their upstream once
+    (one without it is refused with 428 under --require-key)."""
     guard(
         lambda: gateway_mod.serve(
             url,
@@ -584,24 +590,10 @@ def gateway_mcp_cmd(
         ),
     ] = None,
     url: Url = None,
-    listen: Annotated[
-        str, typer.Option("--listen", help="HOST:PORT to listen on (:0 picks a free port).")
-    ] = "127.0.0.1:8781",
-    retention: Annotated[
-        str, typer.Option("--retention", help="How long answered keys are kept, e.g. 24h, 7d.")
-    ] = "24h",
-    timeout: Annotated[
-        str,
-        typer.Option(
-            "--timeout", help="How long a tool call may take; past it the outcome is unknown."
-        ),
-    ] = "60s",
-    require_key: Annotated[
-        bool,
-        typer.Option(
-            "--require-key", help="Refuse side-effecting calls without an idempotency key."
-        ),
-    ] = False,
+    listen: Listen = "127.0.0.1:8781",
+    retention: Retention = "24h",
+    timeout: UpstreamTimeout = "60s",
+    require_key: RequireKey = False,
 ) -> None:
     """Serve the MCP proxy: tools/call of side-effecting tools with an idempotency key in
     _meta reach the upstream MCP server once."""
