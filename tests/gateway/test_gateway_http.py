@@ -79,7 +79,7 @@ async def test_an_unknown_outcome_from_the_gateway_parks_the_idempotent_step(
     # The operator checked the upstream (the mail did not go out, say) and lets it retry.
     forgot = processes.cli("gateway", "forget", "recv", "g-lost:1:send_mail")
     assert forgot.returncode == 0, forgot.stderr
-    again = processes.cli("reconcile", "g-lost", "--step", "1:send_mail", "--retry")
+    again = processes.cli("reconcile", "g-lost", "--step", "1:send_mail", "--retry", "--by", "ops")
     assert again.returncode == 0, again.stderr
     info = await wait_for_status(perdure_backend, "g-lost", STOPPED)
     assert info.status is RunStatus.SUCCEEDED, info.error
