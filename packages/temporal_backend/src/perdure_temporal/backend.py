@@ -113,6 +113,8 @@ class TemporalBackend(Backend):
         self._drive_worker: Worker | None = None
         self._drive_task: asyncio.Task[None] | None = None
         self._started: set[str] = set()
+        #: The first execution of each run started here, until a caller waits on it.
+        self._executions: dict[str, str] = {}
         self._opening = asyncio.Lock()
 
     # -- connection ----------------------------------------------------------------------
@@ -417,7 +419,7 @@ class TemporalBackend(Backend):
             },
         }
         try:
-            await ride_out(
+            started = await ride_out(
                 f"start of run {run_id!r}",
                 lambda: self.client.start_workflow(
                     PerdureRun.main,
@@ -437,6 +439,8 @@ class TemporalBackend(Backend):
                     static_summary=f"perdure run of {workflow.name}",
                 ),
             )
+            if started.first_execution_run_id is not None:
+                self._executions[run_id] = started.first_execution_run_id
         except WorkflowAlreadyStartedError:
             pass  # starting is idempotent: this is the run that exists
         except RPCError as exc:
@@ -473,6 +477,11 @@ class TemporalBackend(Backend):
         the workflow continues as new then). Waiting for it to stop moving (``idle``)
         wakes on every change of its record, since a suspension closes nothing."""
         suspension = RunStatus.SUSPENDED in statuses
+        execution = self._executions.pop(run_id, None)
+        if not suspension and execution is not None:
+            ended = await self._completed(run_id, execution)
+            if ended is not None and ended.status in statuses:
+                return ended
         while True:
             info, seen, execution = await self._describe(run_id)
             if info.status in statuses:
@@ -489,6 +498,26 @@ class TemporalBackend(Backend):
                 ):
                     if event.event_id > seen and event.event_type in _CHANGES:
                         break
+
+    async def _completed(self, run_id: str, execution: str) -> RunInfo | None:
+        """The run's record as the result of ``execution`` (the one this process
+        started), after one long poll for its close and no describe; None when it
+        closed otherwise (the run parked or went on as new, Temporal ended it) or
+        cannot be read: the caller then reads the run's memo."""
+        handle = self.client.get_workflow_handle(self.workflow_id(run_id), run_id=execution)
+        try:
+            async for event in handle.fetch_history_events(
+                wait_new_event=True,
+                event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT,
+            ):
+                if not event.HasField("workflow_execution_completed_event_attributes"):
+                    return None
+                payloads = event.workflow_execution_completed_event_attributes.result.payloads
+                [record] = await self.client.data_converter.decode(payloads)
+                return await self.values.info(record)
+        except (RPCError, CorruptHistoryError, SerializationError, KeyError, TypeError, ValueError):
+            return None  # the memo, read next, names what is wrong
+        return None
 
     async def idle(self) -> None:
         """Return once every run started here has stopped moving and no drive runs here."""

@@ -4,8 +4,9 @@ One attempt of a drive: ``begin`` (an update that admits this attempt and fences
 every earlier one), read the run's history from Temporal, and run
 ``perdure.semantics.drive`` on a ``DriveJournal`` — both framework adapters run
 unchanged, outside any sandbox — whose every append is one ``append`` update fenced by
-this attempt. The attempt heartbeats; a worker that dies anywhere is a heartbeat
-timeout, and Temporal runs the next attempt on any worker of the task queue.
+this attempt, except the last (the run's stop), which is the attempt's result. The
+attempt heartbeats; a worker that dies anywhere is a heartbeat timeout, and Temporal
+runs the next attempt on any worker of the task queue.
 
 A step that ran but whose record did not land (the append failed, or the worker died
 while it was in flight) is not lost with the attempt: its completion travels in the
@@ -80,6 +81,10 @@ class DriveJournal:
         #: Completions sent in an append that has not been acknowledged (as packed for
         #: the update): the heartbeat carries them to the next attempt.
         self.unrecorded: list[dict[str, Any]] = []
+        #: The drive's last record (with its ``RunUpdate``): it travels as the
+        #: attempt's result, which only the attempt Temporal still runs can deliver.
+        self.last_record: dict[str, Any] | None = None
+        self.execution = activity.info().workflow_run_id
 
     # -- Journal ---------------------------------------------------------------------
 
@@ -127,10 +132,16 @@ class DriveJournal:
                 "wake_at": update.wake_at,
                 "attention": update.attention,
             }
+            # The drive ends here (``Journal.append``): no update; the activity's
+            # result records it. A crash before then re-derives it from the history.
+            self.last_record = arg
+            return
         # Until acknowledged, the heartbeats carry the completions to the next attempt.
         self.unrecorded = [e for e in packed if e["kind"] == EventKind.STEP_COMPLETED.value]
-        # One id per record: a resend after a timed-out RPC is applied at most once.
-        update_id = f"append-{self.fence}-{self.next_seq}"
+        # One id per record: a resend after a timed-out RPC is applied at most once. The
+        # execution is part of it: a reset reapplies the updates of the execution it
+        # was reset from, under their ids, to the new one.
+        update_id = f"append-{self.execution}-{self.fence}-{self.next_seq}"
         try:
             res: dict[str, Any] = await ride_out(
                 f"append to run {self.run_id!r}",
@@ -218,7 +229,9 @@ class Drives:
                 begun = await ride_out(
                     f"begin of run {run_id!r}",
                     lambda: handle.execute_update(
-                        "begin", begin_arg, id=f"begin-{arg['drive']}-{info.attempt}"
+                        "begin",
+                        begin_arg,
+                        id=f"begin-{info.workflow_run_id}-{arg['drive']}-{info.attempt}",
                     ),
                 )
             except WorkflowUpdateFailedError as exc:
@@ -272,7 +285,8 @@ class Drives:
             if _transient(exc):
                 raise _interrupted(journal, exc) from None
             log.error("run %s cannot be replayed: %s", run_id, exc)
-            return {"status": (await park_broken(journal, exc)).value}
+            status = await park_broken(journal, exc)
+            return {"status": status.value, "record": journal.last_record}
         info = journal.info
         workflow = get_workflow(info.workflow)
         try:
@@ -293,7 +307,7 @@ class Drives:
             if not isinstance(error, PerdureError):
                 error = SubstrateError(f"{type(exc).__name__}: {exc}")
             status = await park_broken(journal, error)
-        return {"status": status.value}
+        return {"status": status.value, "record": journal.last_record}
 
     async def _await_drive(self, task: asyncio.Task[dict[str, Any]]) -> dict[str, Any]:
         """The drive's result. A cancellation of the activity (its workflow closed or

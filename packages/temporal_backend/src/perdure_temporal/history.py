@@ -1,7 +1,8 @@
 """A run's perdure history, read from its workflow's Temporal event history.
 
 The start event comes from the workflow's input; every other event is an argument of
-an ``append`` or ``admin_append`` update that completed. Nothing is asked of a worker,
+an ``append`` or ``admin_append`` update that completed, or the last record of a drive,
+which is the ``perdure.drive`` activity's result. Nothing is asked of a worker,
 so a finished, long or unattended run is read without replaying it, across every
 execution it continued as new into.
 
@@ -18,6 +19,8 @@ from typing import Any
 
 from temporalio.api.enums.v1 import WorkflowTaskFailedCause
 from temporalio.client import Client
+
+from perdure_temporal.workflow import DRIVE_ACTIVITY
 
 RECORDING_UPDATES = ("append", "admin_append")
 
@@ -48,6 +51,7 @@ async def _read_execution(
     rows: list[dict[str, Any]] = []
     previous: str | None = None
     accepted: dict[str, tuple[list[dict[str, Any]], float]] = {}
+    drives: set[int] = set()  # the event ids that scheduled a drive
     async for event in handle.fetch_history_events():
         if event.HasField("workflow_task_failed_event_attributes"):
             failed = event.workflow_task_failed_event_attributes
@@ -71,6 +75,16 @@ async def _read_execution(
             if appended is not None and done.outcome.HasField("success"):
                 events, at = appended
                 rows.extend({**ev, "at": at} for ev in events)
+        elif event.HasField("activity_task_scheduled_event_attributes"):
+            if event.activity_task_scheduled_event_attributes.activity_type.name == DRIVE_ACTIVITY:
+                drives.add(event.event_id)
+        elif event.HasField("activity_task_completed_event_attributes"):
+            completed = event.activity_task_completed_event_attributes
+            if completed.scheduled_event_id in drives:
+                [outcome] = await convert.decode(completed.result.payloads)
+                record = outcome.get("record") if isinstance(outcome, dict) else None
+                if record is not None:
+                    rows.extend({**ev, "at": float(record["now"])} for ev in record["events"])
     return rows, previous
 
 

@@ -4,7 +4,9 @@ The workflow is a small supervisor. It schedules a ``perdure.drive`` activity (s
 ``drive.py``), which runs perdure's replay engine, unchanged, on any worker of the task
 queue; the drive records each step as one ``append`` update to this workflow, fenced by
 the drive attempt that ``begin`` admitted, so a stale attempt (a worker that lost its
-heartbeat but still runs) is refused before anything reaches the history. When the
+heartbeat but still runs) is refused before anything reaches the history. The drive's
+last record (the run ended, suspended or parked) is the activity's result instead: only
+the attempt Temporal still runs can complete, and it costs no update. When the
 drive stops because the run waits — for a signal, a deadline, a durable sleep — the
 workflow waits with a Temporal timer and ``workflow.wait_condition`` on its signal
 inbox, then schedules the next drive; when the run ends, the workflow completes with
@@ -99,8 +101,11 @@ class PerdureRun:
         self.due = bool(carried.get("due", True))
         self._shown: tuple[str, bool] | None = None
         #: The run's first event, while it is all the history (the first drive needs
-        #: no read of the history then).
-        self.first_event: dict[str, Any] | None = start.get("event") if not carried else None
+        #: no read of the history then). Not after a reset: the drives of the execution
+        #: it was reset from recorded more, which the next drive has to read.
+        info = workflow.info()
+        fresh = not carried and info.run_id == info.first_execution_run_id
+        self.first_event: dict[str, Any] | None = start.get("event") if fresh else None
         #: The run was parked during this execution: the workflow continues as new, so
         #: a caller long-polling for the execution's close (``wait``) hears of it.
         self.parked_here = False
@@ -174,6 +179,11 @@ class PerdureRun:
         except ActivityError as exc:
             self._park({"reason": "drive-failed", "message": str(exc.cause or exc)})
             return
+        if outcome.get("record") is not None:
+            # The drive's last record (its stop: ended, suspended or parked) is its
+            # result: only the attempt Temporal still runs can complete, so it is
+            # fenced, and it costs no update of its own.
+            self._record(outcome["record"])
         if outcome.get("again"):  # the drive stopped early (history full, drain)
             self.due = True
         elif self.run["status"] == "running":
@@ -272,6 +282,17 @@ class PerdureRun:
 
     @workflow.update
     def append(self, arg: dict[str, Any]) -> dict[str, Any]:
+        run = self._record(arg)
+        return {
+            "next_seq": self.next_seq,
+            "cancel_requested": run["cancel_requested"],
+            # Signals that arrived while the drive ran: its next wait sees them.
+            "signals": [s for s in self.signals if not s["consumed"]],
+            "history_full": workflow.info().get_current_history_length() >= self._drive_limit(),
+        }
+
+    def _record(self, arg: dict[str, Any]) -> dict[str, Any]:
+        """Apply one of the drive's records (an ``append``, or the drive's result)."""
         run = self.run
         now = float(arg["now"])
         self.next_seq += len(arg["events"])
@@ -294,13 +315,7 @@ class PerdureRun:
             )
             self.parked_here = self.parked_here or run["status"] == "needs-attention"
             self._publish()
-        return {
-            "next_seq": self.next_seq,
-            "cancel_requested": run["cancel_requested"],
-            # Signals that arrived while the drive ran: its next wait sees them.
-            "signals": [s for s in self.signals if not s["consumed"]],
-            "history_full": workflow.info().get_current_history_length() >= self._drive_limit(),
-        }
+        return run
 
     @append.validator
     def _check_fence(self, arg: dict[str, Any]) -> None:
