@@ -83,6 +83,17 @@ class BareIoSteps:
         return total
 
 
+def cpu_seconds(server: DevServer) -> tuple[float, float]:
+    """CPU seconds used so far by this process (every thread) and by the dev server."""
+    assert server.process is not None
+    with open(f"/proc/{server.process.pid}/stat", encoding="ascii") as f:
+        fields = f.read().rpartition(")")[2].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    # utime, stime, cutime, cstime (the server's own and its waited-for children's)
+    server_s = sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
+    return time.process_time(), server_s
+
+
 def server_requests(metrics_port: int) -> Counter[str]:
     """The dev server's request counters by operation (frontend only)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
@@ -196,10 +207,14 @@ async def main(
                 await perdure_concurrent(backend, 10, steps, io)  # warm-up
                 await bare_concurrent(client, 10, steps, io)
                 before = server_requests(server.metrics_port)
+                cpu0 = cpu_seconds(server)
                 bare_s, bare_failed = await bare_concurrent(client, runs, steps, io)
+                cpu1 = cpu_seconds(server)
                 await asyncio.sleep(METRICS_DELAY)
                 middle = server_requests(server.metrics_port)
+                cpu2 = cpu_seconds(server)
                 ours_s, ours_failed = await perdure_concurrent(backend, runs, steps, io)
+                cpu3 = cpu_seconds(server)
                 await asyncio.sleep(METRICS_DELAY)
                 after = server_requests(server.metrics_port)
             print(f"\n{runs} concurrent runs x {steps} steps x {io_ms:g} ms I/O, one process")
@@ -207,6 +222,12 @@ async def main(
             bare_ops, ours_ops = middle - before, after - middle
             for op in sorted(set(bare_ops) | set(ours_ops)):
                 print(f"    {op:40}{bare_ops[op] / runs:7.1f} | {ours_ops[op] / runs:7.1f}")
+            print("  CPU ms per run, this process | dev server (bare, perdure):")
+            for label, a, b in (("bare", cpu0, cpu1), ("perdure", cpu2, cpu3)):
+                print(
+                    f"    {label:10}{(b[0] - a[0]) * 1000 / runs:7.1f} | "
+                    f"{(b[1] - a[1]) * 1000 / runs:7.1f}"
+                )
             print(f"  bare Temporal activities  {bare_s:7.1f} s   {bare_failed} failed")
             print(f"  perdure on temporal://    {ours_s:7.1f} s   {ours_failed} failed")
             print(
