@@ -4,6 +4,9 @@ timeout, and Temporal retries it on another worker of the task queue."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -15,7 +18,7 @@ from temporalio.client import Client
 
 from perdure import RunStatus
 from perdure.registry import open_backend
-from perdure.testing import Processes, Receiver
+from perdure.testing import Processes, Receiver, wait_for_status
 from perdure_temporal import TemporalUrl
 from perdure_temporal.devserver import DevServer, free_port
 from perdure_temporal.testing import fresh_url
@@ -63,6 +66,49 @@ async def test_a_sigkilled_drive_is_finished_by_a_worker_of_another_identity(
                 TimeoutType.TIMEOUT_TYPE_HEARTBEAT
             )
         finally:
+            procs.close()
+            await backend.close()
+
+
+async def test_a_stalled_attempt_that_timed_out_hands_its_effects_outcome_to_the_run(
+    tmp_path: Path,
+) -> None:
+    """The driving process stalls (SIGSTOP) after the mail relay sent the email but
+    before the worker heard back; Temporal times the attempt out and another worker's
+    attempt parks the run on the email's intent. The stalled process resumes (SIGCONT)
+    with the relay's answer: its write is fenced out, and it hands the outcome over, so
+    the run finishes without an operator and without sending the email again."""
+    url = fresh_url(tmp_path, heartbeat_timeout=3)
+    backend = open_backend(url)
+    await backend.open()
+    with Receiver() as receiver:
+        procs = Processes(
+            url, env={"PERDURE_TEST_RECEIVER": receiver.url}, pythonpath=[CONFORMANCE]
+        )
+        try:
+            hold = receiver.hold("email", "after")
+            driver = procs.drive("scenarios", "refund", "42", run_id="stalled")
+            receiver.wait_held(hold)  # the relay sent it; its answer is held
+            os.kill(driver.pid, signal.SIGSTOP)
+            procs.worker("scenarios")
+            parked = await wait_for_status(backend, "stalled", (RunStatus.NEEDS_ATTENTION,))
+            assert parked.attention is not None
+            assert parked.attention["step_key"] == "3:email"
+
+            hold.release.set()  # the answer waits in the stalled process's socket
+            os.kill(driver.pid, signal.SIGCONT)
+            info = await wait_for_status(
+                backend, "stalled", (RunStatus.SUCCEEDED, RunStatus.FAILED), timeout=120
+            )
+            assert info.status is RunStatus.SUCCEEDED, (info.error, info.attention)
+            assert receiver.requests["email"] == 1  # never sent again
+            assert receiver.applied["done"] == 1
+            history = await backend.history("stalled")
+            kinds = [e.kind.value for e in history if e.step_key == "3:email"]
+            assert kinds == ["intent", "needs_attention", "step_completed"]
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(driver.pid, signal.SIGCONT)
             procs.close()
             await backend.close()
 

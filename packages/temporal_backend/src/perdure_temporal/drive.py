@@ -52,6 +52,8 @@ log = logging.getLogger("perdure.temporal")
 
 #: ``ApplicationError.type`` of a drive attempt that stopped for a transient reason.
 INTERRUPTED = "PerdureDriveInterrupted"
+#: Seconds a timed-out attempt, still alive, may take to finish the step in hand.
+ZOMBIE_GRACE = 30.0
 
 
 class DriveJournal:
@@ -142,6 +144,7 @@ class DriveJournal:
         # execution is part of it: a reset reapplies the updates of the execution it
         # was reset from, under their ids, to the new one.
         update_id = f"append-{self.execution}-{self.fence}-{self.next_seq}"
+        late = [p for e, p in zip(events, packed, strict=True) if _effect_outcome(e)]
         try:
             res: dict[str, Any] = await ride_out(
                 f"append to run {self.run_id!r}",
@@ -150,7 +153,15 @@ class DriveJournal:
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             if isinstance(cause, ApplicationError) and cause.type in (STALE_DRIVE, INVALID_STATE):
+                if late:
+                    await self._hand_over(late)
                 raise LeaseLostError(cause.message) from None
+            raise
+        except asyncio.CancelledError:
+            # Temporal cancels an attempt it timed out (its worker stalled) when the
+            # attempt next heartbeats; the effect's outcome in hand still gets there.
+            if late:
+                await asyncio.shield(self._hand_over(late))
             raise
         self.unrecorded = []
         self._signals = [s for s in res.get("signals", ()) if s["signal_id"] != consume_signal]
@@ -159,6 +170,19 @@ class DriveJournal:
         self.last_step = next((e.step_key for e in reversed(events) if e.step_key), self.last_step)
         if res.get("history_full"):
             self.stopping = True  # the semantics stop before the next step (``draining``)
+
+    async def _hand_over(self, outcomes: list[dict[str, Any]]) -> None:
+        """Give the outcomes of effects this fenced-out attempt ran to the run's next
+        drive (``late_outcome``), so it records them rather than park the run on their
+        intents. Best effort: if it fails, the run parks and an operator reconciles."""
+        update_id = f"late-{self.execution}-{self.fence}-{self.next_seq}"
+        try:
+            await asyncio.wait_for(
+                self.handle.execute_update("late_outcome", {"events": outcomes}, id=update_id),
+                timeout=float(self.drives.config.heartbeat_timeout),
+            )
+        except Exception as exc:
+            log.warning("run %s: a late outcome did not reach the run: %s", self.run_id, exc)
 
     async def next_signal(self, name: str) -> SignalRecord | None:
         for rec in self._signals:
@@ -246,7 +270,9 @@ class Drives:
         journal = DriveJournal(self, handle, run_id, begun)
         # Kept in this attempt's heartbeats until an append lands (a second crash).
         journal.unrecorded = _unrecorded(info.heartbeat_details)
-        carried = await carried_from(self.values, run_id, journal.unrecorded)
+        # ... and the outcomes fenced-out attempts handed over (``late_outcome``).
+        handed = [row for row in begun.get("late") or () if isinstance(row, dict)]
+        carried = await carried_from(self.values, run_id, [*journal.unrecorded, *handed])
         # The task copies the activity's context (heartbeats need it), which holds no run.
         task = asyncio.get_running_loop().create_task(
             self._drive(journal, begun, carried), name=f"perdure-drive-{run_id}"
@@ -311,10 +337,16 @@ class Drives:
 
     async def _await_drive(self, task: asyncio.Task[dict[str, Any]]) -> dict[str, Any]:
         """The drive's result. A cancellation of the activity (its workflow closed or
-        was reset, or the worker's drain period ran out) stops the drive at once."""
+        was reset, or the worker's drain period ran out) stops the drive at once;
+        unless Temporal timed the attempt out while it was alive (its worker stalled):
+        then the step in hand finishes, for up to ``ZOMBIE_GRACE``, and the drive's
+        next write, fenced out, hands an effect's outcome over (``late_outcome``)."""
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
+            if not task.done() and _timed_out():
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(asyncio.shield(task), ZOMBIE_GRACE)
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):
@@ -352,6 +384,18 @@ def _interrupted(journal: DriveJournal, exc: BaseException) -> ApplicationError:
         f"drive of run {journal.run_id!r} interrupted: {type(exc).__name__}: {exc}",
         type=INTERRUPTED,
     )
+
+
+def _timed_out() -> bool:
+    """This attempt was cancelled because Temporal no longer runs it (it timed out)."""
+    details = activity.cancellation_details()
+    return details is not None and (details.timed_out or details.not_found)
+
+
+def _effect_outcome(event: NewEvent) -> bool:
+    """An effect's completion or failure: what a fenced-out attempt hands over."""
+    kinds = (EventKind.STEP_COMPLETED, EventKind.STEP_FAILED)
+    return event.kind in kinds and (event.data or {}).get("kind") == "effect"
 
 
 def _unrecorded(details: Sequence[Any]) -> list[dict[str, Any]]:

@@ -54,6 +54,10 @@ MEMO = "perdure"
 INPUT_MEMO = "perdure_input"
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+#: Event kinds that record a step's outcome (``perdure.records.EventKind``).
+OUTCOMES = ("step_completed", "step_failed")
+#: ``perdure.semantics.attention.Attention.UNKNOWN_OUTCOME``.
+UNKNOWN_OUTCOME = "unknown-outcome"
 
 #: Error types a refused update carries (``ApplicationError.type``).
 STALE_DRIVE = "PerdureStaleDrive"
@@ -95,6 +99,10 @@ class PerdureRun:
         self.signals: list[dict[str, Any]] = list(carried.get("signals", []))
         self.next_signal_id = int(carried.get("next_signal_id", 1))
         self.drives = int(carried.get("drives", 0))
+        #: Outcomes of non-idempotent effects that a drive attempt learned after a later
+        #: attempt had fenced it out (``late_outcome``), by step key: the next drive
+        #: records them instead of parking the run on their intents.
+        self.late: dict[str, dict[str, Any]] = dict(carried.get("late", {}))
         #: The (drive, attempt) that ``begin`` last admitted.
         self.admitted: tuple[int, int] = (0, 0)
         self.config: dict[str, Any] = dict(start["config"])
@@ -237,6 +245,7 @@ class PerdureRun:
                 "next_signal_id": self.next_signal_id,
                 "drives": self.drives,
                 "due": self.due,
+                "late": self.late,
             },
         }
 
@@ -263,6 +272,7 @@ class PerdureRun:
             "fence": self.run["fence"],
             "next_seq": self.next_seq,
             "signals": [s for s in self.signals if not s["consumed"]],
+            "late": list(self.late.values()),
         }
 
     @begin.validator
@@ -296,6 +306,9 @@ class PerdureRun:
         run = self.run
         now = float(arg["now"])
         self.next_seq += len(arg["events"])
+        for event in arg["events"]:
+            if event["kind"] in OUTCOMES:
+                self.late.pop(event["step_key"], None)  # recorded now
         consume = arg.get("consume_signal")
         if consume is not None:
             for s in self.signals:
@@ -314,8 +327,37 @@ class PerdureRun:
                 attention=update.get("attention"),
             )
             self.parked_here = self.parked_here or run["status"] == "needs-attention"
+            self._unpark_late()
             self._publish()
         return run
+
+    @workflow.update
+    def late_outcome(self, arg: dict[str, Any]) -> None:
+        """A fenced-out attempt's outcome of an effect whose intent it recorded: kept for
+        the next drive, which records it where it would park on the intent (the
+        effect happened once; nobody has to reconcile it). Parked on it already: the
+        run is due again."""
+        for event in arg["events"]:
+            self.late[event["step_key"]] = event
+        self._unpark_late()
+        self._publish()
+
+    @late_outcome.validator
+    def _check_late(self, arg: dict[str, Any]) -> None:
+        if self.run["status"] in TERMINAL:
+            raise _refused(f"run {self.run['run_id']!r} is {self.run['status']}", INVALID_STATE)
+
+    def _unpark_late(self) -> None:
+        """Parked on the unknown outcome of an effect whose outcome came late: drive on."""
+        run = self.run
+        attention = run["attention"] if run["status"] == "needs-attention" else None
+        if not isinstance(attention, dict) or attention.get("reason") != UNKNOWN_OUTCOME:
+            return
+        if attention.get("step_key") not in self.late:
+            return
+        run.update(status="suspended", attention=None, wake_at=workflow.now().timestamp())
+        self.parked_here = False
+        self.due = True
 
     @append.validator
     def _check_fence(self, arg: dict[str, Any]) -> None:
