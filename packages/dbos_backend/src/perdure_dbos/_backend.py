@@ -51,7 +51,7 @@ from perdure_dbos import _compat
 from perdure_dbos._journal import DbosJournal, pack, read_history
 from perdure_dbos._records import StatusRow, check_format, decode, status_rows
 from perdure_dbos._serializer import StoredError
-from perdure_dbos._tables import ADMIN, Mark, Marks
+from perdure_dbos._tables import ADMIN, AnswerArrived, Mark, Marks
 
 log = logging.getLogger("perdure.dbos")
 
@@ -217,7 +217,6 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
                 if end is not None:
                     return _outcome(end)
                 await journal.take_admin()
-                journal.refresh(await asyncio.to_thread(rt.marks.apply, run_id, None))
                 live.set("running")
                 # Looked up at every drive, as on every backend: the code registered now
                 # (a deploy) replays the history, not the code the run started with.
@@ -228,6 +227,9 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
                 status = await park_broken(journal, exc)
             except (LeaseLostError, Drained):
                 raise
+            except AnswerArrived:
+                loaded = False  # drive again: the wait takes the answer
+                continue
             except Exception as exc:
                 if classify(exc) == "transient":
                     log.warning("run %s: the database is away (%s); retrying", run_id, exc)

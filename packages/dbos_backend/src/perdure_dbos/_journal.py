@@ -20,6 +20,7 @@ from dbos import error as dbos_errors
 
 from perdure.errors import CorruptHistoryError, LeaseLostError
 from perdure.records import Event, EventKind, NewEvent, SignalRecord
+from perdure.semantics import approvals
 from perdure.store import RunUpdate
 from perdure_dbos import _compat
 from perdure_dbos._records import StepRow, decode, step_rows
@@ -52,6 +53,21 @@ def step_name(events: Sequence[NewEvent]) -> str:
     if last.kind is EventKind.STEP_COMPLETED and last.step_key:
         return last.step_key
     return f"{last.kind.value}:{last.step_key}" if last.step_key else last.kind.value
+
+
+def _approval_timed_out(run_id: str, events: Sequence[NewEvent]) -> str | None:
+    """The channel of the approval request whose wait ``events`` time out, if any."""
+    for event in events:
+        data: Any = event.data
+        if (
+            event.kind is EventKind.SIGNAL_RECEIVED
+            and event.name == approvals.APPROVAL
+            and event.step_key
+            and isinstance(data, dict)
+            and data.get("timed_out")  # pyright: ignore[reportUnknownMemberType]
+        ):
+            return approvals.channel(approvals.request_id(run_id, event.step_key))
+    return None
 
 
 def read_history(
@@ -126,6 +142,8 @@ class DbosJournal:
         self._checked = -CANCEL_CHECK
         #: The last update appended (the drive's stop).
         self.last_update: RunUpdate | None = None
+        #: Whether this drive recorded past the run's last stop (it shows it running).
+        self._moved_on = False
 
     # -- Journal -----------------------------------------------------------------------
 
@@ -158,16 +176,23 @@ class DbosJournal:
         took = [*taken, *([consume_signal] if consume_signal is not None else [])]
         if took:
             record["taken"] = took
+        if update is None and not self._moved_on:
+            # The drive records past the run's last stop: from here it is running. (A
+            # drive that replays to the same wait never shows the run running, so the
+            # wait's answer is taken all along.)
+            closing = _approval_timed_out(self.run_id, events)
+            self._cancel = await asyncio.to_thread(
+                self.marks.show_running, self.run_id, closing=closing
+            )
+            self._checked = time.monotonic()
+            self._moved_on = True
         ran = False
 
         async def step() -> dict[str, Any]:
             nonlocal ran
             ran = True
             now = time.monotonic()
-            if update is not None:
-                self._cancel = await asyncio.to_thread(self.marks.apply, self.run_id, update)
-                self._checked = now
-            elif now - self._checked >= CANCEL_CHECK:
+            if update is None and now - self._checked >= CANCEL_CHECK:
                 self._cancel = await asyncio.to_thread(self.marks.cancel_requested, self.run_id)
                 self._checked = now
             return record
@@ -197,6 +222,13 @@ class DbosJournal:
             )
         self.taken.update(took)
         self.last_update = update
+        if update is not None:
+            # Only once the record is durable: whoever reads the run's new status (a
+            # result, a wait to answer) finds the history that led there.
+            self._cancel = await asyncio.to_thread(
+                self.marks.apply, self.run_id, update, self.taken
+            )
+            self._checked = time.monotonic()
 
     async def next_signal(self, name: str) -> SignalRecord | None:
         found = await asyncio.to_thread(self.marks.waiting, self.run_id, name, self.taken)
@@ -213,11 +245,7 @@ class DbosJournal:
         self.history, self.taken = found
         self._cancel = await asyncio.to_thread(self.marks.cancel_requested, self.run_id)
         self._checked = time.monotonic()
-
-    def refresh(self, cancel_requested: bool) -> None:
-        """The cancel flag as just read (at the start of a drive)."""
-        self._cancel = cancel_requested
-        self._checked = time.monotonic()
+        self._moved_on = False
 
     async def take_admin(self) -> bool:
         """Append the operators' records (``resume``, ``reconcile``) waiting in the inbox;

@@ -12,16 +12,23 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from perdure.records import RunStatus, SignalRecord
+from perdure.semantics import approvals
 from perdure.store import RunUpdate
 
 #: The ``name`` of an inbox row that holds an operator's events, not a signal.
 ADMIN = "__perdure_admin__"
+
+
+class AnswerArrived(Exception):
+    """The approval request a drive was about to time out was answered first: the drive
+    must be run again (it takes the answer), nothing of it recorded."""
 
 
 @dataclass(slots=True)
@@ -101,35 +108,69 @@ class Marks:
                     )
                 )
 
-    def apply(self, run_id: str, update: RunUpdate | None) -> bool:
-        """Write a drive's ``update`` (or, with None, show the run running); return
-        whether cancellation was asked for, read in the same transaction."""
+    def apply(self, run_id: str, update: RunUpdate, taken: Collection[int] = ()) -> bool:
+        """Write a drive's last ``update`` (after its record is durable); return whether
+        cancellation was asked for, read in the same transaction.
+
+        A suspension on a signal already in the inbox (beyond ``taken``, the inbox ids
+        the history took) is due now, and an approval request already answered stays
+        answered: a delivery in flight while the drive looked did not see the run
+        waiting, so this write sees the delivery. The run's row is written first, then
+        the inbox read, as every delivery does (``deliver``): of the two, the later
+        one sees the earlier's write."""
         t = self.table
-        values: dict[str, Any] = {"updated_at": time.time()}
-        if update is None:
-            values.update(
-                status=RunStatus.RUNNING.value, waiting_for=None, wake_at=None, attention=None
-            )
-        else:
-            values.update(
-                status=update.status.value,
-                waiting_for=update.waiting_for,
-                wake_at=update.wake_at,
-                attention=_dump(update.attention),
-                result=_dump(update.result),
-                error=_dump(update.error),
-            )
+        now = time.time()
+        values: dict[str, Any] = {
+            "updated_at": now,
+            "status": update.status.value,
+            "waiting_for": update.waiting_for,
+            "wake_at": update.wake_at,
+            "attention": _dump(update.attention),
+            "result": _dump(update.result),
+            "error": _dump(update.error),
+        }
+        awaited = update.waiting_for if update.status is RunStatus.SUSPENDED else None
         with self.engine.begin() as c:
             c.execute(sa.update(t).where(t.c.run_id == run_id).values(**values))
-            flag = c.execute(sa.select(t.c.cancel_requested).where(t.c.run_id == run_id)).scalar()
-        return bool(flag)
+            if awaited is not None and self._arrived(c, run_id, awaited, taken):
+                due: dict[str, Any] = {"wake_at": now}
+                if approvals.request_of(awaited) is not None:
+                    due.update(waiting_for=None, attention=None)
+                c.execute(sa.update(t).where(t.c.run_id == run_id).values(**due))
+            return self._cancel_flag(c, run_id)
+
+    def show_running(self, run_id: str, *, closing: str | None = None) -> bool:
+        """Show the run running (its drive records past its last stop); return whether
+        cancellation was asked for. ``closing``: the channel of an approval request this
+        drive is about to time out; if it was answered first, nothing is written and
+        ``AnswerArrived`` is raised (an accepted answer is never lost)."""
+        t = self.table
+        values = {
+            "status": RunStatus.RUNNING.value,
+            "waiting_for": None,
+            "wake_at": None,
+            "attention": None,
+            "updated_at": time.time(),
+        }
+        with self.engine.begin() as c:
+            c.execute(sa.update(t).where(t.c.run_id == run_id).values(**values))
+            if closing is not None and self._arrived(c, run_id, closing, ()):
+                raise AnswerArrived(f"run {run_id!r}: {closing} was answered first")
+            return self._cancel_flag(c, run_id)
+
+    def _arrived(self, c: sa.Connection, run_id: str, name: str, taken: Collection[int]) -> bool:
+        """Whether an inbox row ``name`` of the run, beyond ``taken``, is stored."""
+        i = self.inbox
+        ids = c.execute(sa.select(i.c.id).where(i.c.run_id == run_id, i.c.name == name))
+        return any(int(row[0]) not in taken for row in ids)
+
+    def _cancel_flag(self, c: sa.Connection, run_id: str) -> bool:
+        t = self.table
+        return bool(c.execute(sa.select(t.c.cancel_requested).where(t.c.run_id == run_id)).scalar())
 
     def cancel_requested(self, run_id: str) -> bool:
-        t = self.table
         with self.engine.connect() as c:
-            return bool(
-                c.execute(sa.select(t.c.cancel_requested).where(t.c.run_id == run_id)).scalar()
-            )
+            return self._cancel_flag(c, run_id)
 
     def request_cancel(self, run_id: str) -> None:
         t = self.table
@@ -167,16 +208,27 @@ class Marks:
         sent_by: str | None,
         authorization: dict[str, Any] | None = None,
     ) -> int:
-        """Put a signal (or, under ``ADMIN``, an operator's events) in the run's inbox."""
-        i = self.inbox
+        """Put a signal (or, under ``ADMIN``, an operator's events) in the run's inbox; a
+        run suspended on it is due now (its row written first: see ``apply``)."""
+        t, i = self.table, self.inbox
+        now = time.time()
         with self.engine.begin() as c:
+            c.execute(
+                sa.update(t)
+                .where(
+                    t.c.run_id == run_id,
+                    t.c.status == RunStatus.SUSPENDED.value,
+                    t.c.waiting_for == name,
+                )
+                .values(wake_at=now)
+            )
             done = c.execute(
                 sa.insert(i).values(
                     run_id=run_id,
                     name=name,
                     payload=json.dumps(payload),
                     sent_by=sent_by,
-                    sent_at=time.time(),
+                    sent_at=now,
                     authorization=_dump(authorization),
                 )
             )
@@ -192,13 +244,15 @@ class Marks:
         authorization: dict[str, Any] | None = None,
     ) -> bool:
         """Store the answer to the approval request whose channel is ``topic``, only while
-        the run waits on it; one transaction, so of two answers exactly one is stored."""
+        the run waits on it; one transaction, so of two answers exactly one is stored (and
+        the run is due now)."""
         t, i = self.table, self.inbox
+        now = time.time()
         with self.engine.begin() as c:
             done = c.execute(
                 sa.update(t)
                 .where(t.c.run_id == run_id, t.c.waiting_for == topic)
-                .values(waiting_for=None, attention=None, updated_at=time.time())
+                .values(waiting_for=None, attention=None, wake_at=now, updated_at=now)
             )
             if done.rowcount != 1:
                 return False
@@ -208,7 +262,7 @@ class Marks:
                     name=topic,
                     payload=json.dumps(payload),
                     sent_by=sent_by,
-                    sent_at=time.time(),
+                    sent_at=now,
                     authorization=_dump(authorization),
                 )
             )
