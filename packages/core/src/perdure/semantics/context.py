@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from perdure.context import StepSpec, current_step_key
 from perdure.errors import (
@@ -34,6 +34,9 @@ from perdure.semantics.unresolved import unresolved_outcome
 from perdure.serialization import from_jsonable, to_jsonable
 from perdure.steps import call_plain
 from perdure.store import RunUpdate
+
+if TYPE_CHECKING:
+    from perdure.semantics.observe import Observers
 
 T = TypeVar("T")
 
@@ -90,8 +93,11 @@ class DriveContext:
         *,
         replay_only: bool = False,
         carried: dict[str, NewEvent] | None = None,
+        observers: Observers | None = None,
     ) -> None:
         self.journal = journal
+        #: Told of every append and how long the journal took (metrics, traces).
+        self.observers = observers
         #: Completions of steps an earlier drive of this run in this process executed
         #: but could not record (the journal failed): recorded on the way, not re-run.
         #: The scheduler passes the same dict to the run's next drive.
@@ -200,9 +206,13 @@ class DriveContext:
         update: RunUpdate | None = None,
         consume_signal: int | None = None,
     ) -> None:
-        """One journal append, serialised; a journal error propagates as it is."""
+        """One journal append, serialised and timed for the observers; a journal error
+        propagates as it is."""
         async with self._writing:
+            started = time.perf_counter()
             await self.journal.append(events, update=update, consume_signal=consume_signal)
+            if self.observers is not None:
+                self.observers.appended(events, time.perf_counter() - started)
 
     async def write(self, *events: NewEvent, consume_signal: int | None = None) -> None:
         """Record ``events`` from inside the workflow (with pending replay-only facts)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from perdure.context import StepSpec, current_run
 from perdure.errors import DeterminismError, SerializationError, StepFailedError
@@ -53,41 +53,44 @@ async def drive(
     ``details`` is the run record's ``RunInfo.details`` (the trace context the run was
     started in, for its drive span). Registered observers (``observe``) see the drive.
     """
-    start = DriveStart(journal.run_id, workflow.name, details or {})
-    observed = observing(journal, start)
-    if observed is None:
-        return await _drive(journal, workflow, stored_input, history, replay_only, carried)
+    observers = observing(DriveStart(journal.run_id, workflow.name, details or {}))
     try:
-        status = await _drive(observed, workflow, stored_input, history, replay_only, carried)
+        status = await _drive(
+            DriveContext(
+                journal, history, replay_only=replay_only, carried=carried, observers=observers
+            ),
+            workflow,
+            stored_input,
+        )
     except BaseException as exc:
-        observed.ended(None, exc)
+        if observers is not None:
+            observers.ended(None, exc)
         raise
-    observed.ended(status)
+    if observers is not None:
+        observers.ended(status)
     return status
 
 
-async def _drive(
-    journal: Journal,
-    workflow: Workflow[..., Any],
-    stored_input: Any,
-    history: Iterable[Event],
-    replay_only: bool,
-    carried: dict[str, NewEvent] | None,
-) -> RunStatus:
-    ctx = DriveContext(journal, history, replay_only=replay_only, carried=carried)
+async def _drive(ctx: DriveContext, workflow: Workflow[..., Any], stored_input: Any) -> RunStatus:
     token = current_run.set(ctx)
     try:
         try:
-            args, kwargs = ev.decode_input(journal.run_id, stored_input)
+            args, kwargs = ev.decode_input(ctx.run_id, stored_input)
         except Exception as exc:
-            log.error("run %s cannot be replayed: %s", journal.run_id, exc)
-            return await park_broken(journal, exc)
+            log.error("run %s cannot be replayed: %s", ctx.run_id, exc)
+            return await park_broken(ctx, exc)
         return await _run(ctx, workflow, args, kwargs)
     finally:
         current_run.reset(token)
 
 
-async def park_broken(journal: Journal, exc: BaseException) -> RunStatus:
+class Appends(Protocol):
+    """What ``park_broken`` writes to: a ``Journal``, or a drive's ``DriveContext``."""
+
+    async def append(self, events: list[NewEvent], *, update: RunUpdate | None = None) -> None: ...
+
+
+async def park_broken(journal: Appends, exc: BaseException) -> RunStatus:
     """Park the run: its history and code disagree, or its history cannot be read.
 
     Parked, not failed, so deploying compatible code (or repairing the record) and

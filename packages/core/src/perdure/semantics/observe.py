@@ -16,22 +16,20 @@ observer's own error is logged and never reaches the drive or the workflow.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from perdure import tracing
 from perdure.errors import LeaseLostError
-from perdure.records import NewEvent, RunStatus, SignalRecord
+from perdure.records import NewEvent, RunStatus
 from perdure.semantics.context import Drained, ReplayEnd
-from perdure.semantics.journal import Journal
-from perdure.store import RunUpdate
 
 __all__ = [
     "DriveObservation",
     "DriveStart",
     "Observer",
+    "Observers",
     "observing",
     "outcome_of",
     "register",
@@ -96,8 +94,8 @@ def outcome_of(status: RunStatus | None, error: BaseException | None) -> str:
     return status.value
 
 
-def observing(journal: Journal, start: DriveStart) -> ObservedJournal | None:
-    """``journal`` as the drive should use it when someone observes drives, else None."""
+def observing(start: DriveStart) -> Observers | None:
+    """The observations of the drive ``start`` begins, or None when nobody observes it."""
     watching: list[DriveObservation] = []
     for observer in list(_observers):
         try:
@@ -107,50 +105,24 @@ def observing(journal: Journal, start: DriveStart) -> ObservedJournal | None:
             continue
         if watch is not None:
             watching.append(watch)
-    return ObservedJournal(journal, watching) if watching else None
+    return Observers(start.run_id, watching) if watching else None
 
 
-class ObservedJournal:
-    """A ``Journal`` that times each append and reports it to the drive's observers."""
+class Observers:
+    """Every observation of one drive. The drive reports each append it made durable
+    (``DriveContext.append`` times the journal) and how it ended; an observer's error is
+    logged here and goes no further."""
 
-    def __init__(self, journal: Journal, watching: list[DriveObservation]) -> None:
-        self.journal = journal
+    def __init__(self, run_id: str, watching: list[DriveObservation]) -> None:
+        self.run_id = run_id
         self.watching = watching
 
-    @property
-    def run_id(self) -> str:
-        return self.journal.run_id
-
-    @property
-    def url(self) -> str:
-        return self.journal.url
-
-    @property
-    def cancel_requested(self) -> bool:
-        return self.journal.cancel_requested
-
-    @property
-    def draining(self) -> bool:
-        return self.journal.draining
-
-    async def append(
-        self,
-        events: Sequence[NewEvent],
-        *,
-        update: RunUpdate | None = None,
-        consume_signal: int | None = None,
-    ) -> None:
-        started = time.perf_counter()
-        await self.journal.append(events, update=update, consume_signal=consume_signal)
-        seconds = time.perf_counter() - started
+    def appended(self, events: Sequence[NewEvent], seconds: float) -> None:
         for watch in self.watching:
             try:
                 watch.appended(events, seconds)
             except Exception:
                 log.exception("drive observer failed on an append of run %s", self.run_id)
-
-    async def next_signal(self, name: str) -> SignalRecord | None:
-        return await self.journal.next_signal(name)
 
     def ended(self, status: RunStatus | None, error: BaseException | None = None) -> None:
         outcome = outcome_of(status, error)
