@@ -88,7 +88,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def types(session: nox.Session) -> None:
-    """pyright, strict on packages/core/src/perdure (config in pyproject.toml)."""
+    """pyright: strict on packages/core/src/perdure, basic on the adapters (pyproject.toml)."""
     _run(session, "pyright", *session.posargs)
 
 

@@ -62,7 +62,7 @@ def type_path(tp: type) -> str:
     return f"{importable_name(tp.__module__)}:{tp.__qualname__}"
 
 
-def register_type(*tps: type) -> None:
+def register_type(*tps: object) -> None:
     """Let stored values of these dataclasses / pydantic models (and the ones their fields
     declare) be rebuilt. Anything else passed is ignored, so annotations can be fed as is."""
     with _lock:

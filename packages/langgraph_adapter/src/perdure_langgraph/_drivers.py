@@ -79,14 +79,14 @@ def _drive(cur: Any, op: Op[T] | list[Stmt]) -> T:
 
 
 async def _adrive(cur: AsyncCursor[Any], op: Op[T] | list[Stmt]) -> T:
-    """Run ``op`` on a psycopg async cursor."""
+    """Run ``op`` on a psycopg async cursor (a query built at run time goes as bytes)."""
     if isinstance(op, list):
         fetched: list[Row] | None = None
         for stmt in op:
             if stmt.many is not None:
-                await cur.executemany(stmt.sql, stmt.many)
+                await cur.executemany(stmt.sql.encode(), stmt.many)
             else:
-                await cur.execute(stmt.sql, stmt.params)
+                await cur.execute(stmt.sql.encode(), stmt.params)
                 if stmt.fetch:
                     fetched = await cur.fetchall()
         return fetched  # type: ignore[return-value]
@@ -96,9 +96,9 @@ async def _adrive(cur: AsyncCursor[Any], op: Op[T] | list[Stmt]) -> T:
             rows: list[Row] | None = None
             if stmt.many is not None:
                 if stmt.many:
-                    await cur.executemany(stmt.sql, stmt.many)
+                    await cur.executemany(stmt.sql.encode(), stmt.many)
             else:
-                await cur.execute(stmt.sql, stmt.params)
+                await cur.execute(stmt.sql.encode(), stmt.params)
                 if stmt.fetch:
                     rows = await cur.fetchall()
             stmt = op.send(rows)
@@ -473,17 +473,21 @@ class PostgresDriver(Driver):
         with self._wrap(), self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_advisory_key(self.target.schema),))
             conn.execute(f"CREATE SCHEMA IF NOT EXISTS {p[:-1]}".encode())
-            conn.execute(f"CREATE TABLE IF NOT EXISTS {p}lg_migrations (v INTEGER PRIMARY KEY)")
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {p}lg_migrations (v INTEGER PRIMARY KEY)".encode()
+            )
             standbys = conn.execute("SELECT current_setting('synchronous_standby_names')")
             row = standbys.fetchone()
             if row and row[0]:
                 self._urgent_position = _INSERT_LSN
-            row = conn.execute(f"SELECT coalesce(max(v), 0) FROM {p}lg_migrations").fetchone()
+            row = conn.execute(
+                f"SELECT coalesce(max(v), 0) FROM {p}lg_migrations".encode()
+            ).fetchone()
             current = int(row[0]) if row else 0
             for version in _migration_plan(current, POSTGRES_MIGRATIONS, self.description):
                 for statement in POSTGRES_MIGRATIONS[version - 1]:
                     conn.execute(self.dialect.sql(statement).encode())
-                conn.execute(f"INSERT INTO {p}lg_migrations (v) VALUES (%s)", (version,))
+                conn.execute(f"INSERT INTO {p}lg_migrations (v) VALUES (%s)".encode(), (version,))
 
     def _wrap(self) -> _PgErrors:
         return _PgErrors(self.description)

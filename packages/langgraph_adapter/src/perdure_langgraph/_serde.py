@@ -80,7 +80,8 @@ def type_keys(allowed: AllowedTypes | None) -> set[TypeKey]:
             keys.add((item.__module__, item.__name__))
             keys |= declared_types(item)
         elif hasattr(item, "channels") or hasattr(item, "compile"):
-            graph = item.compile() if not hasattr(item, "channels") else item
+            builder: Any = item  # a compiled graph, or a StateGraph to compile
+            graph = builder if hasattr(builder, "channels") else builder.compile()
             keys |= schema_types(graph)
         else:
             raise ConfigurationError(
@@ -234,8 +235,8 @@ class PerdureSerializer(JsonPlusSerializer):
         if dataclasses.is_dataclass(value):
             for f in dataclasses.fields(value):
                 self.check(getattr(value, f.name), depth + 1)
-        elif hasattr(value, "model_dump") and callable(value.model_dump):
-            self.check(value.model_dump(), depth + 1)
+        elif callable(dump := getattr(value, "model_dump", None)):
+            self.check(dump(), depth + 1)
         elif isinstance(value, _CONTAINERS):  # a NamedTuple, or a set or deque subclass
             for item in value:
                 self.check(item, depth + 1)

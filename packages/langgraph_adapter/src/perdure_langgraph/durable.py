@@ -69,7 +69,7 @@ from perdure.registry import open_backend
 from perdure.spi import report_determinism
 from perdure_langgraph._compat import install_task_wrapper, schema_types
 from perdure_langgraph._jsonable import to_jsonable as lossy_jsonable
-from perdure_langgraph.saver import PerdureSaver
+from perdure_langgraph.saver import PerdureSaver, configurable
 
 __all__ = ["TURN_KEY", "WORKFLOW_NAME", "DurableGraph", "durable", "turn_run_id"]
 
@@ -742,7 +742,7 @@ async def _turn_checkpoint(graph: Pregel, thread: str, turn: Any) -> RunnableCon
     assert isinstance(saver, BaseCheckpointSaver)
     if isinstance(turn, int):
         root = _thread_config(thread)
-        root["configurable"]["checkpoint_ns"] = ""
+        configurable(root)["checkpoint_ns"] = ""
         async for tup in saver.alist(root, filter={TURN_KEY: turn}, limit=1):
             return tup.config
     return _thread_config(thread)
@@ -757,14 +757,14 @@ def _thread_config(
 ) -> RunnableConfig:
     """The LangGraph config of a thread; ``run_id`` flags it as a durable drive's."""
     spec = spec or {}
-    configurable = {**(spec.get("configurable") or {}), "thread_id": thread_id}
-    configurable.pop("checkpoint_id", None)
+    conf = {**(spec.get("configurable") or {}), "thread_id": thread_id}
+    conf.pop("checkpoint_id", None)
     config: dict[str, Any] = {k: v for k, v in spec.items() if k != "configurable"}
     if run_id is not None:
-        configurable[_MARK] = run_id
+        conf[_MARK] = run_id
     if turn is not None:
         config["metadata"] = {**(config.get("metadata") or {}), TURN_KEY: turn}
-    config["configurable"] = configurable
+    config["configurable"] = conf
     return config  # type: ignore[return-value]
 
 
@@ -873,8 +873,8 @@ async def _check_graph(run_id: str, graph: Pregel, tup: CheckpointTuple) -> None
         subgraphs = dict(parent.get_subgraphs())
         for task in state.tasks:
             sub = subgraphs.get(task.name)
-            if sub is None or not isinstance(task.state, StateSnapshot):
-                continue
+            if not isinstance(sub, Pregel) or not isinstance(task.state, StateSnapshot):
+                continue  # not a local graph (a RemoteGraph keeps its own checkpoints)
             inner = await saver.aget_tuple(task.state.config)  # the subgraph's checkpoint
             if inner is not None:
                 _check_nodes(run_id, sub, inner)
@@ -966,8 +966,9 @@ async def thread_run(spec: dict[str, Any]) -> Any:
         # checkpoint it names, for time travel and forks).
         start = config
         if (spec.get("config") or {}).get("configurable", {}).get("checkpoint_id"):
-            start = {**config, "configurable": {**config["configurable"]}}
-            start["configurable"]["checkpoint_id"] = spec["config"]["configurable"]["checkpoint_id"]
+            start = config.copy()
+            named = spec["config"]["configurable"]["checkpoint_id"]
+            start["configurable"] = {**configurable(config), "checkpoint_id": named}
         out = await _drive(graph, _decode(serde, spec["input"]), start, options, local)
     else:
         await _check_graph(run_id, graph, latest)
@@ -993,7 +994,7 @@ async def thread_run(spec: dict[str, Any]) -> Any:
             out = await _drive(graph, resume, config, options, local)
             continue
         if snap.next:
-            checkpoint_id = snap.config["configurable"].get("checkpoint_id")
+            checkpoint_id = configurable(snap.config).get("checkpoint_id")
             with perdure.keyed(f"{run_id}/breakpoint/{checkpoint_id}"):
                 payload = await perdure.wait_for_signal(
                     dg.signal,

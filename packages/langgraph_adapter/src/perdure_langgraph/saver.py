@@ -80,6 +80,15 @@ _EXPORT_PAGE = 100
 _INLINE_TYPES = frozenset({type(None), bool, int, float})
 
 
+def configurable(config: RunnableConfig) -> dict[str, Any]:
+    """``config["configurable"]``, which LangGraph passes to every checkpointer call;
+    a config without it is the caller's bug (``KeyError``, as from LangGraph's savers)."""
+    found = config.get("configurable")
+    if found is None:
+        raise KeyError("configurable")
+    return found
+
+
 def _ends_superstep(writes: Sequence[tuple[str, Any]]) -> bool:
     """Whether no checkpoint is likely to follow these writes soon (errors, interrupts)."""
     return any(channel in WRITES_IDX_MAP for channel, _ in writes)
@@ -308,7 +317,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> _Put:
-        conf = config["configurable"]
+        conf = configurable(config)
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
         blobs: list[tuple[Any, ...]] = []
@@ -423,7 +432,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str,
     ) -> list[Stmt]:
-        conf = config["configurable"]
+        conf = configurable(config)
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
         checkpoint_id = conf["checkpoint_id"]
@@ -607,7 +616,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         return result
 
     def _get_op(self, config: RunnableConfig) -> Op[CheckpointTuple | None]:
-        conf = config["configurable"]
+        conf = configurable(config)
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
         checkpoint_id = get_checkpoint_id(config)
@@ -640,7 +649,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         wheres: list[str] = []
         params: list[Any] = []
         if config:
-            conf = config["configurable"]
+            conf = configurable(config)
             wheres.append("thread_id = %s")
             params.append(str(conf["thread_id"]))
             ns = conf.get("checkpoint_ns")
@@ -942,14 +951,14 @@ class PerdureSaver(BaseCheckpointSaver[str]):
 
     @staticmethod
     def _export_line(tup: CheckpointTuple) -> dict[str, Any]:
-        conf = tup.config["configurable"]
+        conf = configurable(tup.config)
         checkpoint = tup.checkpoint
         return {
             "thread_id": conf["thread_id"],
             "checkpoint_ns": conf["checkpoint_ns"],
             "checkpoint_id": conf["checkpoint_id"],
             "parent_checkpoint_id": (
-                tup.parent_config["configurable"]["checkpoint_id"] if tup.parent_config else None
+                configurable(tup.parent_config)["checkpoint_id"] if tup.parent_config else None
             ),
             "ts": checkpoint.get("ts"),
             "metadata": to_jsonable(tup.metadata),

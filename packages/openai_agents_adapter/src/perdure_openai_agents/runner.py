@@ -136,6 +136,7 @@ class DurableRunHandle:
         # raised there it would get perdure's error as its ``__context__`` in place of
         # the context the SDK gave it.
         own: BaseException | None = None
+        value: Any = None  # the run's result, once it has one (else ``own`` is raised)
         try:
             value = await _isolated(self._handle.result(timeout=timeout))
         except (NeedsAttentionError, DeterminismError, TimeoutError):
