@@ -4,6 +4,7 @@ steps, approvals, agents as tools, handoffs, streaming, sessions and clear error
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -17,7 +18,9 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 import perdure
 from perdure import ConfigurationError, EventKind, RunStatus
+from perdure.authorization import AuthenticationError, AuthorizationError
 from perdure.testing import Receiver, wait_for_status
+from perdure.tokens import issue_token
 from perdure_openai_agents import (
     DurableRunner,
     DurableRunResult,
@@ -101,6 +104,32 @@ async def test_approval_in_process_and_the_rejection_message_reaches_the_model(
     assert receiver.requests["model-R"] == 3
     signal = [e for e in await handle.history() if e.kind is EventKind.SIGNAL_RECEIVED]
     assert signal[0].data["sent_by"] == "bob"
+
+
+async def test_handle_approve_goes_through_the_authorizer_and_records_its_decision(
+    perdure_backend: Any, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = base64.b64encode(b"h" * 32).decode()
+    monkeypatch.setenv("PERDURE_AUTHORIZER", "token")
+    monkeypatch.setenv("PERDURE_AUTH_KEY", key)
+    monkeypatch.delenv("PERDURE_TOKEN", raising=False)
+    handle = await DurableRunner.start(
+        sc.approval_agent, "order A", run_id="r-authorized", backend=perdure_backend
+    )
+    info = await wait_for_status(perdure_backend, "r-authorized", [RunStatus.SUSPENDED])
+    with pytest.raises(AuthenticationError, match="requires a signed token"):
+        await handle.approve(by="mallory")
+    with pytest.raises(AuthorizationError, match="verbs scope"):
+        await handle.approve(token=issue_token("bob", verbs=["reject"]))
+    assert (await handle.info()).request_id == info.request_id  # still pending
+    answered = await handle.approve(token=issue_token("ann", verbs=["approve"]))
+    assert answered == info.request_id
+    result = await handle.result(timeout=60)
+    assert result.final_output == "order A: refunded 4200 as refund-A-1"
+    (signal,) = [e for e in await handle.history() if e.kind is EventKind.SIGNAL_RECEIVED]
+    assert signal.data["sent_by"] == "ann"
+    assert signal.data["request_id"] == answered
+    assert signal.data["decision"]["verified"] is True
 
 
 async def test_the_sdk_approval_flow_still_works_for_plain_runner(
@@ -339,7 +368,7 @@ async def test_a_process_without_the_starters_objects_rebuilds_them_from_the_run
     assert spec["session"] == {"kind": "perdure", "session_id": "s-W", "url": None}
     # Forget what the starting process held, as a worker would not have it.
     LOCAL.clear()
-    await handle.approve()
+    await handle.approve(by="ops")
     result = await handle.result(timeout=60)
     assert result.final_output == "Ctx:ann refunded 1 as refund-W-1"
     assert receiver.requests["model-W"] == 3
@@ -366,7 +395,7 @@ async def test_scripted_model_calls_are_recorded_and_never_repeated(perdure_back
     )
     handle = await DurableRunner.start(scripted_agent, "delete /tmp/x", backend=perdure_backend)
     await wait_for_status(perdure_backend, handle.run_id, [RunStatus.SUSPENDED])
-    await handle.approve()
+    await handle.approve(by="ops")
     result = await handle.result(timeout=60)  # a replay: model call 1 comes from history
     assert result.final_output == "File deleted."
     model.assert_complete()  # each scripted step was used once: none was asked for again

@@ -83,6 +83,31 @@ async def test_an_approval_needs_an_identity_and_records_the_decision(
     }
 
 
+async def test_resume_and_cancel_record_who_acted_and_the_decision(
+    perdure_backend: Any, token_authorizer: None
+) -> None:
+    await perdure_backend.start(refund, ("auth-cancel",), {}, run_id="auth-cancel")
+    await wait_for_request(perdure_backend, "auth-cancel", timeout=120)
+    approver = issue_token("ann", verbs=["approve"])
+    with pytest.raises(AuthorizationError, match="verbs scope"):
+        await operator.cancel(perdure_backend, "auth-cancel", token=approver)
+    assert not (await perdure_backend.get_run("auth-cancel")).cancel_requested
+    await operator.resume(perdure_backend, "auth-cancel", token=issue_token("dave"))
+    await operator.cancel(perdure_backend, "auth-cancel", token=issue_token("carol"))
+    info = await perdure_backend.wait("auth-cancel", timeout=120)
+    assert info.status is RunStatus.CANCELLED
+    history = await perdure_backend.history("auth-cancel")
+    (resumed,) = [e.data for e in history if e.kind is EventKind.RECONCILED]
+    assert resumed["outcome"] == "resume" and resumed["by"] == "dave"
+    assert resumed["decision"]["actor"] == "dave" and resumed["decision"]["verified"] is True
+    (cancelled,) = [e.data for e in history if e.kind is EventKind.CANCEL_REQUESTED]
+    assert cancelled["by"] == "carol"
+    assert cancelled["decision"]["actor"] == "carol" and cancelled["decision"]["allowed"] is True
+    kinds = [e.kind for e in history]
+    assert kinds.index(EventKind.CANCEL_REQUESTED) < kinds.index(EventKind.RUN_CANCELLED)
+    assert not received(history)  # the record is not a signal the workflow received
+
+
 async def test_a_signed_token_is_verified_and_its_scope_decides(
     perdure_backend: Any, token_authorizer: None
 ) -> None:

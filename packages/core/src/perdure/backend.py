@@ -158,8 +158,15 @@ class Backend(ABC):
         """Request cancellation; completed steps with compensations are compensated."""
 
     @abstractmethod
-    async def resume(self, run_id: str) -> RunInfo:
-        """Make a suspended or parked run due again now (after a fix or a deploy)."""
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        by: str | None = None,
+        authorization: dict[str, Any] | None = None,
+    ) -> RunInfo:
+        """Make a suspended or parked run due again now (after a fix or a deploy).
+        ``by`` and ``authorization`` are recorded in the ``reconciled`` event."""
 
     @abstractmethod
     async def reconcile(

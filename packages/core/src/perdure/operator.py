@@ -5,8 +5,8 @@ The API (``perdure.approve`` ...), the CLI and the console all act through these
 one ``Authorizer`` (``perdure.authorization``) decides for every surface and its
 decision, with the authenticated identity, is recorded with the action: in the
 ``signal_received`` event of a signal or an approval, in the ``reconciled`` event of a
-reconcile. (A cancel or resume is authorized the same way; the history does not record
-its decision yet.)
+reconcile, in the ``reconciled`` event (outcome ``resume``) of a resume, and in the
+``cancel_requested`` event the drive records when it carries a cancel out.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from perdure.authorization import Authorizer, Decision, Verb, authorize
 from perdure.backend import Backend, ReconcileOutcome
 from perdure.errors import ApprovalNotPendingError
 from perdure.records import RunInfo
-from perdure.semantics import approvals
+from perdure.semantics import approvals, events
 
 __all__ = ["answer", "cancel", "reconcile", "resume", "send"]
 
@@ -41,6 +41,8 @@ async def answer(
     when it is not pending; ``AuthorizationError`` when the caller may not."""
     info = info if info is not None else await backend.get_run(run_id)
     if request is None:
+        if info.request_id is None and info.waiting_for == approvals.APPROVAL:
+            raise ApprovalNotPendingError(run_id, None, approvals.BEFORE_REQUEST_IDS)
         if info.request_id is None:
             raise ApprovalNotPendingError(
                 run_id, None, f"the run is {info.status.value} and waits for no approval"
@@ -91,7 +93,11 @@ async def cancel(
     token: str | None = None,
     authorizer: AuthorizerArg = None,
 ) -> RunInfo:
-    await authorize(backend, "cancel", run_id, by=by, token=token, authorizer=authorizer)
+    decision = await authorize(backend, "cancel", run_id, by=by, token=token, authorizer=authorizer)
+    # Delivered first, so the drive that carries the cancel out finds it and records it.
+    await backend.signal(
+        run_id, events.CANCEL_RECORD, None, by=decision.actor, authorization=decision.record()
+    )
     return await backend.cancel(run_id)
 
 
@@ -103,8 +109,8 @@ async def resume(
     token: str | None = None,
     authorizer: AuthorizerArg = None,
 ) -> RunInfo:
-    await authorize(backend, "resume", run_id, by=by, token=token, authorizer=authorizer)
-    return await backend.resume(run_id)
+    decision = await authorize(backend, "resume", run_id, by=by, token=token, authorizer=authorizer)
+    return await backend.resume(run_id, by=decision.actor, authorization=decision.record())
 
 
 async def reconcile(

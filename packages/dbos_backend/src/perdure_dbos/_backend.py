@@ -489,9 +489,15 @@ class DbosBackend(Backend):
         await wake(run_id)
         return await self.get_run(run_id)
 
-    async def resume(self, run_id: str) -> RunInfo:
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        by: str | None = None,
+        authorization: dict[str, Any] | None = None,
+    ) -> RunInfo:
         guards.check_can_resume(await self.get_run(run_id))
-        return await self._admin(run_id, events.resumed())
+        return await self._admin(run_id, events.resumed(by=by, authorization=authorization))
 
     async def reconcile(
         self,

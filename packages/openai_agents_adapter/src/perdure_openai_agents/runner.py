@@ -20,7 +20,7 @@ from agents.run_state import RunState
 from agents.stream_events import StreamEvent
 
 import perdure
-from perdure import Backend, ConfigurationError, RunHandle, RunInfo, RunStatus
+from perdure import Backend, ConfigurationError, RunHandle, RunInfo, RunStatus, operator
 from perdure.config import resolve_url
 from perdure.errors import (
     DeterminismError,
@@ -116,13 +116,48 @@ class DurableRunHandle:
     async def history(self) -> list[Event]:
         return await self._handle.history()
 
-    async def approve(self, *, by: str | None = None, message: str | None = None) -> None:
-        """Approve the tool call the run waits for."""
-        await self._handle.signal(perdure.APPROVAL, {"approved": True, "message": message}, by=by)
+    async def approve(
+        self,
+        *,
+        by: str | None = None,
+        token: str | None = None,
+        message: str | None = None,
+        request: str | None = None,
+    ) -> str:
+        """Approve the tool call the run waits for (approval request ``request``, by
+        default the one pending now), as ``perdure.approve`` does: the ``Authorizer`` in
+        force decides and its decision is recorded. Returns the request answered."""
+        return await self._answer(True, by, token, message, request)
 
-    async def reject(self, *, by: str | None = None, message: str | None = None) -> None:
+    async def reject(
+        self,
+        *,
+        by: str | None = None,
+        token: str | None = None,
+        message: str | None = None,
+        request: str | None = None,
+    ) -> str:
         """Reject the tool call the run waits for; ``message`` is what the model sees."""
-        await self._handle.signal(perdure.APPROVAL, {"approved": False, "message": message}, by=by)
+        return await self._answer(False, by, token, message, request)
+
+    async def _answer(
+        self,
+        approved: bool,
+        by: str | None,
+        token: str | None,
+        message: str | None,
+        request: str | None,
+    ) -> str:
+        answered, _ = await operator.answer(
+            self.backend,
+            self.run_id,
+            approved,
+            request=request,
+            message=message,
+            by=by,
+            token=token,
+        )
+        return answered
 
     async def cancel(self) -> RunInfo:
         return await self._handle.cancel()

@@ -597,10 +597,17 @@ class TemporalBackend(Backend):
         run = await self._update(run_id, "request_cancel", {"now": time.time()})
         return await self.values.info(run)
 
-    async def resume(self, run_id: str) -> RunInfo:
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        by: str | None = None,
+        authorization: dict[str, Any] | None = None,
+    ) -> RunInfo:
         await self.open()
         guards.check_can_resume(await self.get_run(run_id))
-        return await self._admin_append(run_id, [events.resumed()], expect=guards.RESUMABLE)
+        resumed = events.resumed(by=by, authorization=authorization)
+        return await self._admin_append(run_id, [resumed], expect=guards.RESUMABLE)
 
     async def reconcile(
         self,

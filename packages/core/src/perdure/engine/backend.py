@@ -280,12 +280,18 @@ class EmbeddedBackend(Backend):
         await self._notify()
         return info
 
-    async def resume(self, run_id: str) -> RunInfo:
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        by: str | None = None,
+        authorization: dict[str, Any] | None = None,
+    ) -> RunInfo:
         await self.open()
         guards.check_can_resume(await self.store.get_run(run_id))
         info = await self.store.admin_append(
             run_id,
-            [events.resumed()],
+            [events.resumed(by=by, authorization=authorization)],
             expect=guards.RESUMABLE,
             status=RunStatus.SUSPENDED,
             now=time.time(),

@@ -28,6 +28,7 @@ from perdure.records import RunInfo, RunStatus
 
 __all__ = [
     "APPROVAL",
+    "BEFORE_REQUEST_IDS",
     "answer_channel",
     "channel",
     "is_approval",
@@ -57,6 +58,14 @@ def request_of(name: str | None) -> str | None:
     if name is None or not name.startswith(_PREFIX):
         return None
     return name[len(_PREFIX) :] or None
+
+
+#: Why a run that suspended on an approval before approvals had request ids (its stored
+#: ``waiting_for`` is the bare ``approval``) takes no answer yet, and what to do.
+BEFORE_REQUEST_IDS = (
+    "the run suspended on an approval before approvals had request ids; "
+    "`perdure resume RUN` re-asks it with one, then approve that request"
+)
 
 
 def is_approval(name: str) -> bool:
@@ -89,6 +98,8 @@ def answer_channel(run_id: str, status: RunStatus, waiting_for: str | None, name
     if name != APPROVAL and named is None:
         raise ApprovalNotPendingError(run_id, None, f"{name!r} names no request")
     pending = request_of(waiting_for) if status is RunStatus.SUSPENDED else None
+    if pending is None and status is RunStatus.SUSPENDED and waiting_for == APPROVAL:
+        raise ApprovalNotPendingError(run_id, named, BEFORE_REQUEST_IDS)
     if pending is None:
         why = (
             f"the run is {status.value}"

@@ -236,6 +236,13 @@ class DriveContext:
             self.stopped = exc
         return DriveStopped(self.stopped)
 
+    async def record_cancel_request(self) -> None:
+        """Record who cancelled the run and the authorizer's decision, when an operator's
+        cancel left them in the inbox (``perdure.operator.cancel``); once."""
+        sig = await self._next_signal(ev.CANCEL_RECORD)
+        if sig is not None:
+            await self.write(ev.cancel_requested(sig), consume_signal=sig.signal_id)
+
     async def _next_signal(self, name: str) -> SignalRecord | None:
         try:
             return await self.journal.next_signal(name)

@@ -171,6 +171,7 @@ async def _stop_broken(ctx: DriveContext) -> RunStatus:
 async def _cancel(ctx: DriveContext) -> RunStatus:
     """Compensate completed steps, newest first, each as a recorded step."""
     ctx.cancelling = True
+    await ctx.record_cancel_request()
     compensated: list[str] = []
     for comp in reversed(ctx.compensations):
         spec = StepSpec(f"compensate:{comp.key.partition(':')[2]}")

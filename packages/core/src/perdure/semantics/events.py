@@ -223,9 +223,29 @@ def reconciled(
     return NewEvent(EventKind.RECONCILED, step_key, step_key.partition(":")[2], data)
 
 
-def resumed() -> NewEvent:
-    """An operator made a suspended or parked run due again (``perdure resume``)."""
-    return NewEvent(EventKind.RECONCILED, data={"outcome": "resume"})
+def resumed(*, by: str | None = None, authorization: dict[str, Any] | None = None) -> NewEvent:
+    """An operator made a suspended or parked run due again (``perdure resume``), with
+    the identity and the ``Authorizer``'s decision when it went through one."""
+    data: dict[str, Any] = {"outcome": "resume"}
+    if by is not None:
+        data["by"] = by
+    if authorization is not None:
+        data["decision"] = authorization
+    return NewEvent(EventKind.RECONCILED, data=data)
+
+
+#: The inbox name under which ``perdure.operator.cancel`` delivers who cancelled and the
+#: ``Authorizer``'s decision; the drive records it when it starts cancelling (the
+#: cancel itself is a flag every backend keeps apart from the history).
+CANCEL_RECORD = "perdure:cancel"
+
+
+def cancel_requested(signal: SignalRecord) -> NewEvent:
+    """Who asked for the cancellation the drive is carrying out, and the decision."""
+    data: dict[str, Any] = {"by": signal.sent_by, "sent_at": signal.sent_at}
+    if signal.authorization is not None:
+        data["decision"] = signal.authorization
+    return NewEvent(EventKind.CANCEL_REQUESTED, data=data)
 
 
 # -- end of run --------------------------------------------------------------------------------
