@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from perdure.authorization import Authorizer, Decision, Verb, authorize
 from perdure.backend import Backend, ReconcileOutcome
-from perdure.errors import ApprovalNotPendingError
+from perdure.errors import ApprovalNotPendingError, InvalidRunStateError
 from perdure.records import RunInfo
 from perdure.semantics import approvals, events
 
@@ -95,9 +95,12 @@ async def cancel(
 ) -> RunInfo:
     decision = await authorize(backend, "cancel", run_id, by=by, token=token, authorizer=authorizer)
     # Delivered first, so the drive that carries the cancel out finds it and records it.
-    await backend.signal(
-        run_id, events.CANCEL_RECORD, None, by=decision.actor, authorization=decision.record()
-    )
+    try:
+        await backend.signal(
+            run_id, events.CANCEL_RECORD, None, by=decision.actor, authorization=decision.record()
+        )
+    except InvalidRunStateError:
+        pass  # the run has ended: the cancel says so in its own words
     return await backend.cancel(run_id)
 
 
