@@ -84,13 +84,18 @@ def parse_action(name: str, run_id: str, form: dict[str, str]) -> Action:
 
 
 async def perform(
-    backend: Backend, operator: str, action: Action, authorize: Authorize = any_operator
+    backend: Backend,
+    operator: str,
+    action: Action,
+    authorize: Authorize = any_operator,
+    token: str | None = None,
 ) -> str:
     """Authorize, then do ``action`` as ``operator``; what happened, in one sentence.
 
     ``authorize`` is the console's own check; every action then goes through
-    ``perdure.operator`` with the operator's login as the identity, so the core
-    ``Authorizer`` in force decides too and its decision is recorded in history."""
+    ``perdure.operator`` with the operator's login as the identity (and the signed
+    ``token`` the operator logged in with, if any), so the core ``Authorizer`` in force
+    decides too and its decision is recorded in history."""
     run = await backend.get_run(action.run_id)
     await authorize(operator, action, run)
     if action.name in ("approve", "reject"):
@@ -102,14 +107,15 @@ async def perform(
             request=action.request,
             message=action.message,
             by=operator,
+            token=token,
             info=run,
         )
         return f"{'approved' if approved else 'rejected'} as {operator}"
     if action.name == "cancel":
-        info = await operations.cancel(backend, action.run_id, by=operator)
+        info = await operations.cancel(backend, action.run_id, by=operator, token=token)
         return "cancelled" if info.status.terminal else "cancel requested"
     if action.name == "resume":
-        await operations.resume(backend, action.run_id, by=operator)
+        await operations.resume(backend, action.run_id, by=operator, token=token)
         return "resumed: the run is due and its worker picks it up"
     assert action.step_key is not None and action.outcome is not None
     await operations.reconcile(
@@ -120,5 +126,6 @@ async def perform(
         result=action.result,
         message=action.message,
         by=operator,
+        token=token,
     )
     return f"reconciled step {action.step_key} as {action.outcome} (by {operator})"

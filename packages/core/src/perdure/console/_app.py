@@ -25,6 +25,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from perdure.authorization import AuthenticationError, AuthorizationError
 from perdure.backend import Backend
 from perdure.cli.render import fmt_clock, fmt_time, relative, short, span
 from perdure.config import resolve_url
@@ -96,6 +97,7 @@ class Console:
     def __init__(self, settings: ConsoleSettings) -> None:
         self.settings = settings
         self.auth = _auth.SharedSecret(settings.secret)
+        self.tokens = _auth.SessionTokens()
         self.templates = _templates()
         self.backend: Backend | None = settings.backend
         self._owns_backend = settings.backend is None
@@ -205,8 +207,10 @@ class Console:
         session: dict[str, Any] = request.session
         try:
             action = _actions.parse_action(request.path_params["action"], run_id, form)
-            said = await _actions.perform(self.store, who, action, self.settings.authorize)
-        except _actions.ActionRefused as exc:
+            said = await _actions.perform(
+                self.store, who, action, self.settings.authorize, self.tokens.token(request)
+            )
+        except (_actions.ActionRefused, AuthenticationError, AuthorizationError) as exc:
             return self._refused(request, str(exc))
         except RunNotFoundError:
             return self.render(request, "not_found.html", {"run_id": run_id}, status=404)
@@ -230,7 +234,8 @@ class Console:
         throttle = self.settings.login_throttle
         try:
             throttle.check(client)  # before the secret: a throttled right guess fails too
-            name = self.auth.login(form.get("name", ""), form.get("secret", ""))
+            token = form.get("token", "").strip()
+            name = self.auth.login(form.get("name", ""), form.get("secret", ""), token)
         except _throttle.LoginThrottled as exc:
             context = {"next": target, "error": str(exc)}
             response = self.render(request, "login.html", context, status=429)
@@ -241,14 +246,17 @@ class Console:
             context = {"next": target, "error": str(exc)}
             return self.render(request, "login.html", context, status=401)
         throttle.succeeded(client)
+        self.tokens.forget(request)
         _auth.sign_in(request, name)
+        if token:
+            self.tokens.keep(request, token)
         return RedirectResponse(target, status_code=303)
 
     async def logout(self, request: Request) -> Response:
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
         if not _auth.csrf_ok(request, form.get("csrf")):
             return self._refused(request, "the form's CSRF token is missing or stale")
-        _auth.sign_out(request)
+        _auth.sign_out(request, self.tokens)
         return RedirectResponse("/login", status_code=303)
 
     async def metrics(self, request: Request) -> Response:

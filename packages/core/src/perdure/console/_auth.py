@@ -1,5 +1,7 @@
 """Who the operator is: a shared-secret login kept in a signed session cookie, and the
-CSRF token every form that acts carries."""
+CSRF token every form that acts carries. With the token authorizer
+(``perdure.tokens``), the login also takes the operator's signed token: its subject is
+the operator, and every action carries it to the ``Authorizer``."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
+
+from perdure.errors import PerdureError
+from perdure.tokens import verify_token
 
 #: The session cookie lives this long without a new login.
 SESSION_SECONDS = 8 * 3600
@@ -43,16 +48,22 @@ class SharedSecret:
             self.secret.encode(), b"perdure-console-session", hashlib.sha256
         ).hexdigest()
 
-    def login(self, name: str, secret: str) -> str:
-        """The operator's identity, or ``LoginError``."""
+    def login(self, name: str, secret: str, token: str = "") -> str:
+        """The operator's identity (a ``token``'s subject, when one is given), or
+        ``LoginError``."""
+        if not hmac.compare_digest(secret.encode(), self.secret.encode()):
+            raise LoginError("wrong secret")
+        if token:
+            try:
+                return str(verify_token(token)["sub"])
+            except PerdureError as exc:  # never shows the token
+                raise LoginError(f"the operator token does not verify: {exc}") from None
         name = " ".join(name.split())
         if not _NAME.match(name):
             raise LoginError(
                 "the name must be 1-64 letters, digits, spaces or . @ + - _ "
                 "(it is recorded in run histories)"
             )
-        if not hmac.compare_digest(secret.encode(), self.secret.encode()):
-            raise LoginError("wrong secret")
         return name
 
 
@@ -74,8 +85,32 @@ def sign_in(request: Request, name: str) -> None:
     session["csrf"] = secrets.token_urlsafe(32)
 
 
-def sign_out(request: Request) -> None:
+def sign_out(request: Request, tokens: SessionTokens) -> None:
+    tokens.forget(request)
     _session(request).clear()
+
+
+class SessionTokens:
+    """The operator tokens of logged-in sessions, held by this console process only:
+    the session cookie is signed, not encrypted, and a token is good outside the
+    console too. A restarted console asks for the token again."""
+
+    def __init__(self) -> None:
+        self._by_ref: dict[str, str] = {}
+
+    def keep(self, request: Request, token: str) -> None:
+        ref = secrets.token_urlsafe(24)
+        self._by_ref[ref] = token
+        _session(request)["token_ref"] = ref
+
+    def token(self, request: Request) -> str | None:
+        ref = _session(request).get("token_ref")
+        return self._by_ref.get(ref) if isinstance(ref, str) else None
+
+    def forget(self, request: Request) -> None:
+        ref = _session(request).get("token_ref")
+        if isinstance(ref, str):
+            self._by_ref.pop(ref, None)
 
 
 def csrf_token(request: Request) -> str:
