@@ -184,18 +184,7 @@ async def approve(
     the run moved on. Without ``request``, the request pending now is approved; name it
     to approve what you saw. The caller is ``by`` (or ``PERDURE_ACTOR``), or the subject
     of a signed ``token``, as the authorizer in force decides."""
-    backend = await connect(url)
-    request, _ = await operator.answer(
-        backend,
-        run_id,
-        True,
-        request=request,
-        message=message,
-        by=by,
-        token=token,
-        authorizer=authorizer,
-    )
-    return request
+    return await _answer(run_id, True, request, by, token, message, authorizer, url)
 
 
 async def reject(
@@ -209,18 +198,31 @@ async def reject(
     url: str | None = None,
 ) -> str:
     """Reject approval request ``request`` of the run (as ``approve``)."""
+    return await _answer(run_id, False, request, by, token, message, authorizer, url)
+
+
+async def _answer(
+    run_id: str,
+    approved: bool,
+    request: str | None,
+    by: str | None,
+    token: str | None,
+    message: str | None,
+    authorizer: Authorizer | str | None,
+    url: str | None,
+) -> str:
     backend = await connect(url)
-    request, _ = await operator.answer(
+    answered, _ = await operator.answer(
         backend,
         run_id,
-        False,
+        approved,
         request=request,
         message=message,
         by=by,
         token=token,
         authorizer=authorizer,
     )
-    return request
+    return answered
 
 
 async def cancel(
