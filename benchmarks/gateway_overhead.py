@@ -9,8 +9,9 @@ kinds interleaved call by call so load drifts hit them alike: a direct POST to t
 upstream; the same POST through the gateway with a new ``Idempotency-Key`` (recorded,
 forwarded once, its answer stored: two ledger writes); and a retry of a key already
 answered (from the ledger, the upstream not called). One keep-alive httpx client, as a
-tool would hold. Per round: p50 and p95 of each kind, and the overhead (gateway minus
-direct) at p50 and p95. Target (issue #18): overhead under 1 ms at p50 on SQLite.
+tool would hold. Per round: p50 and p95 of each kind, the overhead (gateway minus
+direct) at p50 and p95, and the gateway process's CPU time per call. Target (issue #18):
+overhead under 1 ms at p50 on SQLite.
 """
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ def start_gateway(url: str, upstream: str) -> tuple[subprocess.Popen[str], str]:
     return proc, line.split(" on ", 1)[1].split()[0]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` (Linux ``/proc``): what the gateway
+    spends per call, less sensitive to a loaded machine than its latency."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def one_round(
     client: httpx.Client, direct: str, gateway: str, calls: int
 ) -> dict[str, list[float]]:
@@ -94,6 +102,7 @@ def measure(column: str, url: str, calls: int, repeat: int) -> list[Figure]:
         proc, gw = start_gateway(url, receiver.url)
         try:
             rounds = []
+            cpu: list[float] = []
             # TCP_NODELAY as asyncio clients have it: else Nagle holds the request body
             # back until the gateway's delayed ACK (~40 ms), which measures the kernel.
             nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
@@ -101,11 +110,13 @@ def measure(column: str, url: str, calls: int, repeat: int) -> list[Figure]:
             with httpx.Client(timeout=60, transport=transport) as client:
                 one_round(client, f"{receiver.url}/plain/warm", f"{gw}/recv/plain/warm", 20)
                 for _ in range(repeat):
+                    before = cpu_seconds(proc.pid)
                     rounds.append(
                         one_round(
                             client, f"{receiver.url}/plain/mail", f"{gw}/recv/plain/mail", calls
                         )
                     )
+                    cpu.append((cpu_seconds(proc.pid) - before) / (2 * calls) * 1e6)
         finally:
             proc.terminate()
             proc.wait(30)
@@ -117,7 +128,16 @@ def measure(column: str, url: str, calls: int, repeat: int) -> list[Figure]:
         f"process (uvicorn with httptools and uvloop; aiohttp to the upstream), ledger on "
         f"{column}; one keep-alive httpx client with TCP_NODELAY"
     )
-    figures: list[Figure] = []
+    figures: list[Figure] = [
+        Figure(
+            f"gateway.{column}.cpu",
+            "tool gateway",
+            f"gateway process CPU per call (forwarded and replayed calls averaged), {column}",
+            "µs/call",
+            cpu,
+            settings=settings,
+        )
+    ]
     for q, label in ((0.5, "p50"), (0.95, "p95")):
         direct = [_pct(r["direct"], q) for r in rounds]
         for kind, what in (("forwarded", "new key, forwarded"), ("replayed", "retry, from ledger")):
