@@ -66,13 +66,6 @@ def scrape_when_up(url: str, deadline: float) -> str:
             time.sleep(0.1)  # a refused connection returns at once: pace the retries
 
 
-@pytest.mark.perdure_not_on(
-    "dbos+sqlite",
-    "dbos+postgresql",
-    reason="perdure_dbos on main does not drive through perdure.semantics yet; with the "
-    "dbos branch's semantics (tried at cb8ceb6) the worker that takes the suspended run "
-    "over shows it running, so the approval is refused (ApprovalNotPendingError)",
-)
 async def test_scraped_figures_match_the_history(
     perdure_backend: Backend, perdure_url: str, console: ConsoleProcess
 ) -> None:

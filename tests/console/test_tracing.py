@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from console_workflows import refund
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -36,13 +35,6 @@ def spans_of(run_id: str) -> list[ReadableSpan]:
     ]
 
 
-@pytest.mark.perdure_not_on(
-    "dbos+sqlite",
-    "dbos+postgresql",
-    reason="perdure_dbos does not drive through perdure.semantics on main yet, and "
-    "records no trace context at start nor passes drive(details=) (tried at cb8ceb6: "
-    "no traceparent in RunInfo.details)",
-)
 async def test_drive_and_step_spans_continue_one_trace_across_backends(
     perdure_url: str,
 ) -> None:

@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from dbos import DBOS, DBOSConfig, DBOSPortableJSONSerializer, SetWorkflowID
 
+from perdure import tracing
 from perdure.backend import Backend, ReconcileOutcome, RunHandle, run_filter
 from perdure.engine.outages import Backoff
 from perdure.engine.owners import new_owner_id, owner_is_dead
@@ -204,6 +205,8 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
         run_ids=[run_id],
     )
     created = _seconds(rows[0].created_ms) if rows else time.time()
+    mark = await asyncio.to_thread(rt.marks.get, run_id)
+    details = mark.details if mark is not None else {}
     carried: dict[str, Any] = {}
     backoff = Backoff()
     loaded = False
@@ -221,7 +224,9 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
                 # Looked up at every drive, as on every backend: the code registered now
                 # (a deploy) replays the history, not the code the run started with.
                 wf = get_workflow(name)
-                status = await drive(journal, wf, stored_input, journal.history, carried=carried)
+                status = await drive(
+                    journal, wf, stored_input, journal.history, carried=carried, details=details
+                )
             except CorruptHistoryError as exc:
                 log.error("run %s cannot be replayed: %s", run_id, exc)
                 status = await park_broken(journal, exc)
@@ -424,7 +429,12 @@ class DbosBackend(Backend):
         stored = events.encode_input(run_id, args, kwargs)
         rt = runtime()
         await asyncio.to_thread(
-            rt.marks.insert, run_id, workflow.name, workflow.code_version, parent_run_id
+            rt.marks.insert,
+            run_id,
+            workflow.name,
+            workflow.code_version,
+            parent_run_id,
+            tracing.start_context(run_id, workflow.name),
         )
         if rt.draining:
             return RunHandle(self, run_id)
@@ -705,7 +715,10 @@ def _info(st: StatusRow, mark: Mark | None) -> RunInfo:
         owner=st.executor_id,
         cancel_requested=bool(mark and mark.cancel_requested),
         parent_run_id=mark.parent_run_id if mark else None,
-        details={"dbos": {"executor_id": st.executor_id, "application_version": st.app_version}},
+        details={
+            **(mark.details if mark else {}),
+            "dbos": {"executor_id": st.executor_id, "application_version": st.app_version},
+        },
     )
     status = st.status
     if status == "SUCCESS":

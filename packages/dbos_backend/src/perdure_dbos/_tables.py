@@ -47,6 +47,8 @@ class Mark:
     error: dict[str, Any] | None
     cancel_requested: bool
     updated_at: float
+    #: What the run recorded at its start (``RunInfo.details``: its trace context).
+    details: dict[str, Any]
 
 
 class Marks:
@@ -70,6 +72,7 @@ class Marks:
             sa.Column("error", sa.Text),
             sa.Column("cancel_requested", sa.Integer, nullable=False, server_default="0"),
             sa.Column("updated_at", sa.Float, nullable=False),
+            sa.Column("details", sa.Text),
         )
         self.inbox = sa.Table(
             "perdure_dbos_inbox",
@@ -86,11 +89,38 @@ class Marks:
 
     def create(self) -> None:
         self.meta.create_all(self.engine, checkfirst=True)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        """Columns added since a table was first created (``create_all`` only creates)."""
+        t = self.table
+        schema, table = self.located()
+        have = {c["name"] for c in sa.inspect(self.engine).get_columns(t.name, schema=schema)}
+        quote = self.engine.dialect.identifier_preparer.quote
+        with self.engine.begin() as c:
+            for column in (c for c in t.columns if c.name not in have):
+                kind = column.type.compile(dialect=self.engine.dialect)
+                c.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN {quote(column.name)} {kind}"))
+
+    def located(self) -> tuple[str | None, str]:
+        """The runs table's real schema and its quoted, qualified name: DBOS's engine
+        maps its placeholder schema to the real one, which text DDL and the inspector
+        need spelled out."""
+        t = self.table
+        translate = self.engine.get_execution_options().get("schema_translate_map") or {}
+        schema = translate.get(t.schema, t.schema)
+        quote = self.engine.dialect.identifier_preparer.quote
+        return schema, f"{quote(schema)}.{quote(t.name)}" if schema else quote(t.name)
 
     # -- runs ----------------------------------------------------------------------------
 
     def insert(
-        self, run_id: str, workflow: str, code_version: str | None, parent: str | None
+        self,
+        run_id: str,
+        workflow: str,
+        code_version: str | None,
+        parent: str | None,
+        details: dict[str, Any] | None = None,
     ) -> None:
         t = self.table
         with self.engine.begin() as c:
@@ -105,6 +135,7 @@ class Marks:
                         status=RunStatus.PENDING.value,
                         cancel_requested=0,
                         updated_at=time.time(),
+                        details=_dump(details or None),
                     )
                 )
 
@@ -309,4 +340,5 @@ def _mark(m: Any) -> Mark:
         error=_load(m["error"]),
         cancel_requested=bool(m["cancel_requested"]),
         updated_at=float(m["updated_at"]),
+        details=_load(m["details"]) or {},
     )
