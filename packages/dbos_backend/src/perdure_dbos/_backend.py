@@ -127,6 +127,9 @@ class _Runtime:
     #: Set while shutting down: drives stop before their next step.
     draining: bool = False
     live: dict[str, Live] = field(default_factory=lambda: {})
+    #: Runs whose drive here stopped on a ``CancelledError`` the run's own code raised
+    #: (a session, a tool): ``wait`` raises it to the caller, as every backend does.
+    raised: dict[str, asyncio.CancelledError] = field(default_factory=lambda: {})
 
 
 _runtime: _Runtime | None = None
@@ -185,6 +188,7 @@ async def perdure_run(workflow: str, stored_input: Any) -> Any:
     rt = runtime()
     live = Live(asyncio.current_task())
     rt.live[run_id] = live
+    rt.raised.pop(run_id, None)
     STARTING.discard(run_id)
     notify()
     try:
@@ -231,6 +235,14 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
                 log.error("run %s cannot be replayed: %s", run_id, exc)
                 status = await park_broken(journal, exc)
             except (LeaseLostError, Drained):
+                raise
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise  # this execution is cancelled (a shutdown)
+                # The run's own code raised it: the drive stops here and the caller is
+                # told (``wait``); the workflow stays PENDING, resumable by recovery.
+                rt.raised[run_id] = exc
                 raise
             except AnswerArrived:
                 loaded = False  # drive again: the wait takes the answer
@@ -536,6 +548,9 @@ class DbosBackend(Backend):
             info = await self.get_run(run_id)
             if info.status in STOPPED:
                 return info
+            raised = runtime().raised.get(run_id)
+            if raised is not None:
+                raise raised
             if drive and run_id not in runtime().live:
                 await self._try_take(info)
             if deadline is not None and time.monotonic() >= deadline:
