@@ -117,13 +117,6 @@ async def test_sigkill_inside_nodes_and_between_supersteps_then_a_worker_resumes
     assert receiver.applied["email-F"] == 1
 
 
-@pytest.mark.perdure_not_on(
-    "dbos+sqlite",
-    "dbos+postgresql",
-    reason="on DBOS (b65f419) an answer sent while a worker is re-driving the suspended "
-    "run can be refused as ApprovalNotPendingError ('another answer was taken first'); "
-    "seen under load, passes alone; open in #16",
-)
 async def test_interrupted_thread_survives_process_exit_and_a_renamed_node_is_refused(
     perdure_backend: Any, receiver: Receiver, processes: Processes
 ) -> None:
