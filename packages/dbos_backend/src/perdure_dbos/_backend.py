@@ -62,6 +62,8 @@ DEFAULT_VERSION = "perdure-1"
 WAKE = "__perdure_wake__"
 #: A wait with no timer: DBOS's recv needs a finite timeout.
 FOREVER = 10 * 365 * 24 * 3600.0
+#: DBOS's statuses of a workflow that returned: the run ended.
+ENDED = ("SUCCESS", "ERROR", "CANCELLED")
 STOPPED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_ATTENTION)
 POLL = 0.02
 #: Runs this process started and is about to drive (their workflow task is not up yet).
@@ -537,6 +539,24 @@ class DbosBackend(Backend):
             step_key, outcome, result=result, message=message, by=by, authorization=authorization
         )
         return await self._admin(run_id, verdict)
+
+    async def delete_finished(self, run_ids: Sequence[str]) -> list[str]:
+        """Delete the DBOS workflows of those runs that ended (their steps, messages and
+        perdure's rows of them); the ids deleted. DBOS's own status decides: a run whose
+        end is recorded but whose workflow has not returned yet is not finished, and stays."""
+        await self.open()
+        rows = await asyncio.to_thread(
+            status_rows,
+            _compat.system_engine(),
+            _compat.system_tables(),
+            WORKFLOW_NAME,
+            run_ids=list(run_ids),
+        )
+        ended = [st.run_id for st in rows if st.status in ENDED]
+        if ended:
+            await DBOS.delete_workflows_async(ended)
+            await asyncio.to_thread(runtime().marks.delete, ended)
+        return ended
 
     # -- driving ------------------------------------------------------------------------
 

@@ -229,6 +229,12 @@ class Marks:
                     out[m.run_id] = m
         return out
 
+    def delete(self, run_ids: list[str]) -> None:
+        """Delete perdure's rows (the run's and its inbox) of ``run_ids``."""
+        with self.engine.begin() as c:
+            for table in (self.inbox, self.table):
+                c.execute(sa.delete(table).where(table.c.run_id.in_(run_ids)))
+
     # -- inbox ---------------------------------------------------------------------------
 
     def deliver(
