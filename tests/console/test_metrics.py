@@ -17,8 +17,10 @@ import pytest
 from console_support import SCRAPE, ConsoleProcess, free_port
 from prometheus_client.parser import text_string_to_metric_families
 
+from perdure import operator
 from perdure.backend import Backend
-from perdure.records import EventKind, RunStatus
+from perdure.records import Event, EventKind, RunStatus
+from perdure.testing import Patience
 from perdure.testing.processes import Processes
 
 HERE = Path(__file__).parent
@@ -125,3 +127,62 @@ async def test_scraped_figures_match_the_history(
         assert run_id not in text, "no run id may be a label"
     finally:
         procs.close()
+
+
+@pytest.mark.perdure_not_on(
+    "dbos+sqlite",
+    "dbos+postgresql",
+    reason="perdure_dbos does not report drives to perdure.semantics' observers yet "
+    "(DBOS metrics are #16's), so its worker counts nothing",
+)
+async def test_an_intent_parked_by_a_worker_is_counted_as_the_history_records(
+    perdure_backend: Backend, perdure_url: str
+) -> None:
+    run_id = f"transfer-{uuid.uuid4().hex[:8]}"
+    procs = Processes(perdure_url, pythonpath=[HERE])
+    try:
+        first = procs.drive(
+            "console_workflows", "console_workflows:transfer", "o-9", 900, run_id=run_id
+        )
+        assert first.wait() == 0, first.output()
+        parked = await perdure_backend.get_run(run_id)
+        assert parked.status is RunStatus.NEEDS_ATTENTION, parked
+
+        port = free_port()
+        worker = procs.spawn(
+            "-m", "perdure", "worker", "console_workflows", "--url", perdure_url,
+            "--metrics-port", str(port),
+        )  # fmt: skip
+        worker_metrics = f"http://127.0.0.1:{port}/metrics"
+        scrape_when_up(worker_metrics, time.monotonic() + 60)
+        # "retry": the operator says the wire never went out; the worker sends it again,
+        # its outcome is unknown again, and the run parks again, this time in the worker
+        await operator.reconcile(perdure_backend, run_id, "1:wire", "retry", by="ops")
+        events = await parked_again(perdure_backend, run_id, Patience(120), worker)
+
+        drove = samples(scrape_when_up(worker_metrics, time.monotonic() + 30))
+        since = next(i for i, e in enumerate(events) if e.kind is EventKind.RECONCILED)
+        after = [e for e in events[since:] if e.kind is EventKind.NEEDS_ATTENTION]
+        assert [e.data["reason"] for e in after] == ["unknown-outcome"]
+        step = after[0].name or "?"
+        assert value(drove, "perdure_intents_parked_total", step=step) == len(after)
+        assert (
+            "perdure_steps_total",
+            frozenset({("step", "wire"), ("outcome", "completed")}),
+        ) not in drove
+    finally:
+        procs.close()
+
+
+async def parked_again(
+    backend: Backend, run_id: str, patience: Patience, worker: Any
+) -> list[Event]:
+    """The run's history once it parked a second time (a worker drives it meanwhile)."""
+    while True:
+        events = list(await backend.history(run_id))
+        parks = sum(1 for e in events if e.kind is EventKind.NEEDS_ATTENTION)
+        if parks == 2 and (await backend.get_run(run_id)).status is RunStatus.NEEDS_ATTENTION:
+            return events
+        patience.observe(len(events))
+        assert not patience.expired(), f"the run did not park again: {events}\n{worker.output()}"
+        await asyncio.sleep(0.2)  # paces the reads while the worker drives the run
