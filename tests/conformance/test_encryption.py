@@ -128,11 +128,6 @@ async def test_what_a_run_records_is_sealed_and_opens_only_with_the_key(
     assert shown.returncode == 0 and SECRETS[1] in shown.stdout
 
 
-@pytest.mark.perdure_not_on(
-    "dbos+sqlite",
-    "dbos+postgresql",
-    reason="runs prune cannot delete runs on DBOS yet (#16), so it exports nothing there",
-)
 async def test_prune_exports_what_the_key_opens_and_only_with_the_key(
     perdure_backend: Any, processes: Processes, keys: dict[str, str], tmp_path: Path
 ) -> None:
