@@ -108,6 +108,8 @@ class PerdureRun:
         self.config: dict[str, Any] = dict(start["config"])
         self.due = bool(carried.get("due", True))
         self._shown: tuple[str, bool] | None = None
+        #: What the run waited for when the memo was last written (``_publish``).
+        self._waits: tuple[Any, Any] | None = None
         #: The run's first event, while it is all the history (the first drive needs
         #: no read of the history then). Not after a reset: the drives of the execution
         #: it was reset from recorded more, which the next drive has to read.
@@ -499,12 +501,22 @@ class PerdureRun:
         self._publish()
 
     def _publish(self, *, force: bool = False) -> None:
-        """Mirror the record into memo and search attributes when its status changed."""
+        """Mirror the record into memo and search attributes when its status changed,
+        and the memo when what the run waits for changed: a drive Temporal retried after
+        its worker died goes from one suspension (a timer) to the next (a signal) without
+        passing through running, and readers (``get_run``, a webhook, the console) must
+        not be shown the timer."""
         shown = (self.run["status"], bool(self.run["cancel_requested"]))
+        waits = (self.run["waiting_for"], self.run["wake_at"])
         if shown == self._shown and not force:
+            # (patched: executions recorded before this change replay unchanged)
+            if waits != self._waits and workflow.patched("publish-waits"):
+                self._waits = waits
+                workflow.upsert_memo({MEMO: {k: v for k, v in self.run.items() if k != "input"}})
             return
         first = self._shown is None
         self._shown = shown
+        self._waits = waits
         updates = [STATUS.value_set(shown[0])]
         if first:  # also after a continue-as-new
             updates.append(WORKFLOW.value_set(self.run["workflow"]))
