@@ -53,3 +53,10 @@ def broken(order_id: str) -> str:
 async def failing(order_id: str) -> str:
     await lookup(order_id)
     return await broken(order_id)
+
+
+@perdure.workflow(name="dbos_gated")
+async def gated(order_id: str) -> dict[str, Any]:
+    """Waits for the signal ``go`` (holding no slot), then runs a step."""
+    await perdure.wait_for_signal("go")
+    return await lookup(order_id)

@@ -138,32 +138,6 @@ async def test_a_suspended_run_resumes_on_another_executor_after_its_process_exi
     assert [e.data["sent_by"] for e in received] == ["alice"]
 
 
-async def test_sigkill_then_a_worker_on_another_version_recovers_the_run(
-    perdure_backend: Any, receiver: Receiver, processes: Processes
-) -> None:
-    hold = receiver.hold("charge", "after")
-    driver = drive(processes, "dbos_approval", "8", run_id="r-kill", PERDURE_CODE_VERSION="v1")
-    receiver.wait_held(hold)
-    driver.kill()
-    hold.release.set()
-
-    info = await perdure_backend.get_run("r-kill")
-    assert info.status is RunStatus.RUNNING
-    assert info.details["dbos"]["application_version"] == "v1"
-    assert "died" in info.details["stranded"]  # visible in `perdure runs list`
-
-    processes.worker("dbos_flows", env={"PERDURE_CODE_VERSION": "v2"})
-    info = await wait_for_status(perdure_backend, "r-kill", (RunStatus.SUSPENDED, *ENDED))
-    assert info.status is RunStatus.SUSPENDED, info
-    assert info.details["dbos"]["application_version"] == "v2"
-    assert receiver.applied["lookup"] == 1
-    assert receiver.requests["charge"] == 2  # retried with the same key after the kill ...
-    assert receiver.applied["charge"] == 1  # ... so applied once
-    await perdure_backend.signal("r-kill", perdure.APPROVAL, {"approved": False}, by="bob")
-    info = await wait_for_status(perdure_backend, "r-kill", ENDED)
-    assert info.status is RunStatus.SUCCEEDED
-
-
 async def test_cancelling_a_suspended_run_on_dbos(
     perdure_backend: Any, receiver: Receiver, processes: Processes
 ) -> None:

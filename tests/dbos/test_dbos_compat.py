@@ -49,7 +49,6 @@ def test_dbos_pickle_serializer_is_the_one_class_compat_replaces() -> None:
 
 
 def test_private_names_for_the_system_database(perdure_backend: Any) -> None:
-    import dbos._core as core
     from dbos import DBOS
     from dbos._context import get_local_dbos_context
 
@@ -86,11 +85,17 @@ def test_private_names_for_the_system_database(perdure_backend: Any) -> None:
         have = set(getattr(tables, table).c.keys())
         assert columns <= have, (table, columns - have)
     assert isinstance(_compat.system_engine(), sa.Engine)
-    assert list(inspect.signature(core.execute_dequeued_workflow).parameters) == [
-        "dbos",
-        "status",
-        "owner_xid",
+    # Recovery of a dead executor's workflows: DBOS's own re-enqueue, one at a time.
+    import dbos._recovery as recovery
+    from dbos._sys_db import SystemDatabase
+
+    assert list(inspect.signature(SystemDatabase.reenqueue_for_recovery).parameters) == [
+        "self",
+        "workflow_id",
+        "executor_ids",
+        "recovery_queue_name",
     ]
+    assert "reenqueue_for_recovery" in inspect.getsource(recovery)
     assert get_local_dbos_context() is None  # outside a workflow
     assert inspect.iscoroutinefunction(
         DBOS._configure_asyncio_thread_pool  # pyright: ignore[reportPrivateUsage]

@@ -18,8 +18,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -29,7 +30,7 @@ from dbos import DBOS, DBOSConfig, DBOSPortableJSONSerializer, SetWorkflowID
 from perdure import tracing
 from perdure.backend import Backend, ReconcileOutcome, RunHandle, run_filter
 from perdure.engine.outages import Backoff
-from perdure.engine.owners import new_owner_id, owner_is_dead
+from perdure.engine.owners import new_owner_id
 from perdure.errors import (
     ApprovalNotPendingError,
     BackendUnavailableError,
@@ -49,15 +50,27 @@ from perdure.store import RunUpdate
 from perdure.urls import split_url
 from perdure.workflow import Workflow, get_workflow, registered_workflows
 from perdure_dbos import _compat
+from perdure_dbos._executors import Executors, Heartbeat, executor_timeout
 from perdure_dbos._journal import DbosJournal, pack, read_history
-from perdure_dbos._records import StatusRow, check_format, decode, status_rows
+from perdure_dbos._records import (
+    StatusRow,
+    check_format,
+    decode,
+    pending_executors,
+    pending_of,
+    status_rows,
+)
 from perdure_dbos._serializer import StoredError
 from perdure_dbos._tables import ADMIN, AnswerArrived, Mark, Marks
 
 log = logging.getLogger("perdure.dbos")
 
 WORKFLOW_NAME = "perdure_run"
-DEFAULT_VERSION = "perdure-1"
+#: The DBOS queue recovered runs wait on: only workers (``serve``) dequeue it, so a run
+#: of a dead executor goes to a worker, never to a client process that happens to have
+#: DBOS launched (DBOS's internal queue, where its own recovery puts them, is dequeued
+#: by every launched process).
+RECOVERY_QUEUE = "perdure"
 #: The topic a run's execution waits on while suspended or parked.
 WAKE = "__perdure_wake__"
 #: A wait with no timer: DBOS's recv needs a finite timeout.
@@ -65,14 +78,31 @@ FOREVER = 10 * 365 * 24 * 3600.0
 #: DBOS's statuses of a workflow that returned: the run ended.
 ENDED = ("SUCCESS", "ERROR", "CANCELLED")
 STOPPED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_ATTENTION)
+#: ``wait``'s re-reads of a run another process drives: from this, doubling up to DBOS's
+#: own result-polling interval (runs of this process wake it as they change).
 POLL = 0.02
+POLL_MAX = 1.0
 #: Runs this process started and is about to drive (their workflow task is not up yet).
 STARTING: set[str] = set()
 
 
+def configured_version() -> str | None:
+    """The application version the deployment sets: ``PERDURE_CODE_VERSION`` (perdure's
+    code version, recorded on runs), else DBOS's own ``DBOS__APPVERSION``; None lets
+    DBOS derive it from the code, as it does for any DBOS application."""
+    return os.environ.get("PERDURE_CODE_VERSION") or os.environ.get("DBOS__APPVERSION") or None
+
+
 def application_version() -> str:
-    """DBOS's application version, from perdure's code-version policy (not a source hash)."""
-    return os.environ.get("PERDURE_CODE_VERSION") or DEFAULT_VERSION
+    """The launched DBOS's application version: only its executors recover its runs."""
+    return str(DBOS.application_version)
+
+
+def configured_executor_id() -> str:
+    """This process's DBOS executor id: the deployment slot's stable ``DBOS__VMID`` (a
+    restart with it recovers the slot's runs at launch, as in DBOS), else an id of this
+    process (perdure's owner id, which a worker on this host can see die)."""
+    return os.environ.get("DBOS__VMID") or new_owner_id()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +141,47 @@ class Live:
     """A run this process executes now; ``state`` is read by ``idle``."""
 
     task: asyncio.Task[Any] | None
-    state: str = "running"  # running | waiting | done
+    state: str = "running"  # queued (for a slot) | running | waiting | done
 
     def set(self, state: str) -> None:
         self.state = state
         notify()
+
+
+class Slots:
+    """How many runs this process drives at once (``serve(concurrency=)``; unbounded
+    until a worker sets it). A run holds a slot only while it drives: waiting for a
+    signal or a timer in DBOS's ``recv`` it holds none. Shared by the event loops DBOS
+    runs workflows on, so counted under a thread lock."""
+
+    def __init__(self) -> None:
+        self.limit: int | None = None
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def free(self) -> bool:
+        return self.limit is None or self.used < self.limit
+
+    def _take(self) -> bool:
+        with self._lock:
+            if not self.free():
+                return False
+            self.used += 1
+            return True
+
+    @contextlib.asynccontextmanager
+    async def held(self, live: Live) -> AsyncIterator[None]:
+        if not self._take():
+            live.set("queued")
+            while not self._take():
+                await wait_until(self.free)
+        live.set("running")
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.used -= 1
+            notify()
 
 
 @dataclass(slots=True)
@@ -124,7 +190,13 @@ class _Runtime:
 
     url: str
     executor_id: str
+    version: str
     marks: Marks
+    executors: Executors
+    heartbeat: Heartbeat
+    #: Whether this process dequeues recovered runs (a worker: ``serve``).
+    listening: bool
+    slots: Slots = field(default_factory=Slots)
     refs: int = 0
     #: Set while shutting down: drives stop before their next step.
     draining: bool = False
@@ -135,9 +207,6 @@ class _Runtime:
 
 
 _runtime: _Runtime | None = None
-#: Executor ids of DBOS instances this process launched and destroyed: nothing drives
-#: their runs any more, though the process lives on.
-_PAST_EXECUTORS: set[str] = set()
 _waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
 
 
@@ -160,9 +229,14 @@ async def wait_until(done: Any) -> None:
         _waiters.discard(entry)
 
 
-def executor_is_dead(executor_id: str) -> bool:
-    """True when the process behind ``executor_id`` (a perdure owner id) is gone."""
-    return executor_id in _PAST_EXECUTORS or owner_is_dead(executor_id)
+async def changed() -> None:
+    """Return at the next change of a run of this process."""
+    entry = (asyncio.get_running_loop(), asyncio.Event())
+    _waiters.add(entry)
+    try:
+        await entry[1].wait()
+    finally:
+        _waiters.discard(entry)
 
 
 def runtime() -> _Runtime:
@@ -218,50 +292,50 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
     loaded = False
     while True:
         try:
-            try:
-                if not loaded:
-                    await journal.load(stored_input, created)
-                    loaded = True
-                end = journal.ended()
-                if end is not None:
-                    return _outcome(end)
-                await journal.take_admin()
-                live.set("running")
-                # Looked up at every drive, as on every backend: the code registered now
-                # (a deploy) replays the history, not the code the run started with.
-                wf = get_workflow(name)
-                status = await drive(
-                    journal, wf, stored_input, journal.history, carried=carried, details=details
-                )
-            except CorruptHistoryError as exc:
-                log.error("run %s cannot be replayed: %s", run_id, exc)
-                status = await park_broken(journal, exc)
-            except (LeaseLostError, Drained):
-                raise
-            except asyncio.CancelledError as exc:
-                task = asyncio.current_task()
-                if task is None or task.cancelling():
-                    raise  # this execution is cancelled (a shutdown)
-                # The run's own code raised it: the drive stops here and the caller is
-                # told (``wait``); the workflow stays PENDING, resumable by recovery.
-                rt.raised[run_id] = exc
-                raise
-            except AnswerArrived:
-                loaded = False  # drive again: the wait takes the answer
-                continue
-            except Exception as exc:
-                if classify(exc) == "transient":
-                    log.warning("run %s: the database is away (%s); retrying", run_id, exc)
-                    await asyncio.sleep(backoff.delay())
-                    loaded = False
+            async with rt.slots.held(live):
+                try:
+                    if not loaded:
+                        await journal.load(stored_input, created)
+                        loaded = True
+                    end = journal.ended()
+                    if end is not None:
+                        return _outcome(end)
+                    await journal.take_admin()
+                    # Looked up at every drive, as on every backend: the code registered now
+                    # (a deploy) replays the history, not the code the run started with.
+                    wf = get_workflow(name)
+                    status = await drive(
+                        journal, wf, stored_input, journal.history, carried=carried, details=details
+                    )
+                except CorruptHistoryError as exc:
+                    log.error("run %s cannot be replayed: %s", run_id, exc)
+                    status = await park_broken(journal, exc)
+                except (LeaseLostError, Drained):
+                    raise
+                except asyncio.CancelledError as exc:
+                    task = asyncio.current_task()
+                    if task is None or task.cancelling():
+                        raise  # this execution is cancelled (a shutdown)
+                    # The run's own code raised it: the drive stops here and the caller is
+                    # told (``wait``); the workflow stays PENDING, resumable by recovery.
+                    rt.raised[run_id] = exc
+                    raise
+                except AnswerArrived:
+                    loaded = False  # drive again: the wait takes the answer
                     continue
-                log.error("run %s: the database refused: %s; parking it", run_id, exc)
-                error = (
-                    exc
-                    if isinstance(exc, PerdureError)
-                    else SubstrateError(f"{type(exc).__name__}: {exc}")
-                )
-                status = await park_broken(journal, error)
+                except Exception as exc:
+                    if classify(exc) == "transient":
+                        log.warning("run %s: the database is away (%s); retrying", run_id, exc)
+                        await asyncio.sleep(backoff.delay())
+                        loaded = False
+                        continue
+                    log.error("run %s: the database refused: %s; parking it", run_id, exc)
+                    error = (
+                        exc
+                        if isinstance(exc, PerdureError)
+                        else SubstrateError(f"{type(exc).__name__}: {exc}")
+                    )
+                    status = await park_broken(journal, error)
         except (LeaseLostError, Drained) as exc:
             # Another executor has the run, or this process shuts down: leave the DBOS
             # workflow PENDING for whoever recovers it; nothing more is written here.
@@ -347,28 +421,23 @@ class DbosBackend(Backend):
         rt.refs -= 1
         if rt.refs > 0:
             return
-        rt.draining = True
-        grace = self.grace_seconds if grace is None else grace
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(
-                wait_until(lambda: all(lv.state != "running" for lv in rt.live.values())),
-                max(grace, 0.0),
-            )
-        loop = asyncio.get_running_loop()
-        tasks = [
-            lv.task
-            for lv in list(rt.live.values())
-            if lv.task is not None and lv.task.get_loop() is loop and not lv.task.done()
-        ]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
-        rt.live.clear()
-        _PAST_EXECUTORS.add(rt.executor_id)
         _runtime = None
-        await asyncio.to_thread(DBOS.destroy)
+        await _stop(rt, self.grace_seconds if grace is None else grace)
+
+    async def _listen(self) -> None:
+        """Make this process an executor of recovered runs: DBOS dequeues the recovery
+        queue only in processes launched listening to it (``DBOS.listen_queues`` is fixed
+        at launch), so a process that opened as a client is relaunched, after a drain."""
+        global _runtime
+        rt = runtime()
+        if rt.listening:
+            return
+        _runtime = None
+        await _stop(rt, self.grace_seconds)
+        _runtime = _launch(self.parsed, listening=True)
+        _runtime.refs = rt.refs
+        await _compat.use_dbos_thread_pool()
+        await DBOS.register_queue_async(RECOVERY_QUEUE)
 
     @property
     def executor_id(self) -> str:
@@ -393,7 +462,14 @@ class DbosBackend(Backend):
     async def get_run(self, run_id: str) -> RunInfo:
         st = await self._status(run_id)
         mark = await asyncio.to_thread(runtime().marks.get, run_id)
-        return _info(st, mark)
+        return _info(st, mark, await self._dead([st]))
+
+    async def _dead(self, rows: Sequence[StatusRow]) -> set[str]:
+        """The dead executors among those of the PENDING ``rows``."""
+        held = {st.executor_id for st in rows if st.status == "PENDING" and st.executor_id}
+        if not held:
+            return set()
+        return await asyncio.to_thread(runtime().executors.dead, held, executor_timeout())
 
     async def list_runs(
         self,
@@ -408,10 +484,11 @@ class DbosBackend(Backend):
             status_rows, _compat.system_engine(), _compat.system_tables(), WORKFLOW_NAME
         )
         marks = await asyncio.to_thread(runtime().marks.get_many, [r.run_id for r in rows])
+        dead = await self._dead(rows)
         wanted = run_filter(statuses=statuses, older_than=older_than, workflow=workflow)
         out: list[RunInfo] = []
         for st in rows:
-            info = _listed(st, marks.get(st.run_id))
+            info = _listed(st, marks.get(st.run_id), dead)
             if wanted(info):
                 out.append(info)
                 if len(out) >= limit:
@@ -564,6 +641,7 @@ class DbosBackend(Backend):
         self, run_id: str, *, timeout: float | None = None, drive: bool = True
     ) -> RunInfo:
         deadline = None if timeout is None else time.monotonic() + timeout
+        pause = POLL
         while True:
             info = await self.get_run(run_id)
             if info.status in STOPPED:
@@ -571,75 +649,111 @@ class DbosBackend(Backend):
             raised = runtime().raised.get(run_id)
             if raised is not None:
                 raise raised
-            if drive and run_id not in runtime().live:
-                await self._try_take(info)
-            if deadline is not None and time.monotonic() >= deadline:
+            if drive and "stranded" in info.details:
+                # Its executor is dead: this process becomes an executor of recovered
+                # runs (as a worker is) and hands the run to DBOS's recovery.
+                await self._listen()
+                await self.recover_dead()
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 raise TimeoutError(f"run {run_id!r} still {info.status.value} after {timeout}s")
-            await asyncio.sleep(POLL)
+            # A run of this process wakes the wait as it changes; one driven elsewhere is
+            # re-read, less and less often, at most DBOS's own result-polling interval.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed(), pause if left is None else min(pause, left))
+            pause = min(pause * 2, POLL_MAX)
 
     async def idle(self) -> None:
         """Return once every run this process drives is at its next stop."""
         rt = runtime()
         await wait_until(
-            lambda: not STARTING and all(lv.state != "running" for lv in rt.live.values())
+            lambda: (
+                not STARTING
+                and all(lv.state not in ("running", "queued") for lv in rt.live.values())
+            )
         )
 
     async def serve(self, *, stop: asyncio.Event, concurrency: int = 100) -> None:
+        """Drive at most ``concurrency`` runs at once (a run waiting for a signal or a
+        timer holds no slot) and recover the runs of dead executors of this version."""
         await self.open()
+        await self._listen()
+        runtime().slots.limit = concurrency
+        notify()
         while not stop.is_set():
             if not registered_workflows():
                 raise ConfigurationError(
                     "this worker has no registered workflows; import the module that defines them"
                 )
-            # A run waiting for a signal or a timer holds no slot.
-            busy = sum(1 for lv in runtime().live.values() if lv.state == "running")
-            await self.recover_dead(limit=max(0, concurrency - busy))
+            try:
+                await self.recover_dead()
+            except Exception as exc:
+                if classify(exc) != "transient":
+                    raise
+                log.warning("the database is away (%s); recovering later", exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.poll_interval)
 
-    async def recover_dead(self, *, limit: int = 100) -> list[str]:
-        """Take over PENDING runs whose executor process died; return the run ids taken."""
+    async def recover_dead(self) -> list[str]:
+        """Hand the PENDING runs of dead executors (of this application version) to
+        DBOS's recovery; return the run ids handed over. DBOS re-enqueues them and one
+        live executor of the version takes each."""
         await self.open()
-        pending = await asyncio.to_thread(
-            status_rows,
-            _compat.system_engine(),
-            _compat.system_tables(),
-            WORKFLOW_NAME,
-            statuses=["PENDING"],
-        )
-        taken: list[str] = []
-        for st in pending:
-            if len(taken) >= limit:
-                break
-            if await self._try_take_status(st):
-                taken.append(st.run_id)
-        return taken
-
-    async def _try_take(self, info: RunInfo) -> bool:
-        if info.status.terminal:
-            return False
-        return await self._try_take_status(await self._status(info.run_id))
-
-    async def _try_take_status(self, st: StatusRow) -> bool:
-        dead = st.executor_id
         rt = runtime()
-        if rt.draining or st.status != "PENDING" or not dead or dead == rt.executor_id:
-            return False
-        if not executor_is_dead(dead):
-            return False
-        try:
-            # DBOS would decode this row's input by its format to run it: refuse a
-            # foreign one here, before DBOS sees it.
-            check_format(st.run_id, "workflow_status", None, st.serialization)
-        except PerdureError as exc:
-            log.error("not recovering run %s: %s", st.run_id, exc)
-            return False
-        mark = await asyncio.to_thread(rt.marks.get, st.run_id)
-        if mark is None or mark.workflow not in registered_workflows():
-            return False
-        return await asyncio.to_thread(
-            _compat.take_over, st.run_id, dead, rt.executor_id, application_version()
+        if rt.draining:
+            return []
+        engine, tables = _compat.system_engine(), _compat.system_tables()
+        held = await asyncio.to_thread(pending_executors, engine, tables, WORKFLOW_NAME, rt.version)
+        held.discard(rt.executor_id)
+        dead = await asyncio.to_thread(rt.executors.dead, held, executor_timeout())
+        if not dead:
+            return []
+        rows = await asyncio.to_thread(
+            pending_of, engine, tables, WORKFLOW_NAME, rt.version, sorted(dead)
         )
+        marks = await asyncio.to_thread(rt.marks.get_many, [run_id for run_id, _ in rows])
+        chosen: list[str] = []
+        for run_id, serialization in rows:
+            try:
+                # DBOS would decode this row's input by its format to run it: refuse a
+                # foreign one here, before DBOS sees it.
+                check_format(run_id, "workflow_status", None, serialization)
+            except PerdureError as exc:
+                log.error("not recovering run %s: %s", run_id, exc)
+                continue
+            mark = marks.get(run_id)
+            if mark is not None and mark.workflow in registered_workflows():
+                chosen.append(run_id)
+        if not chosen:
+            return []
+        log.info("recovering %d runs of dead executors %s", len(chosen), sorted(dead))
+        return await asyncio.to_thread(_compat.recover, chosen, sorted(dead), RECOVERY_QUEUE)
+
+
+async def _stop(rt: _Runtime, grace: float) -> None:
+    """Drain ``rt`` (drives stop before their next step; what runs finishes and records
+    for up to ``grace`` seconds), then destroy its DBOS: its workflows stay PENDING, and
+    with its heartbeat row gone every worker sees the executor dead and recovers them."""
+    rt.draining = True
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(
+            wait_until(lambda: all(lv.state != "running" for lv in rt.live.values())),
+            max(grace, 0.0),
+        )
+    loop = asyncio.get_running_loop()
+    tasks = [
+        lv.task
+        for lv in list(rt.live.values())
+        if lv.task is not None and lv.task.get_loop() is loop and not lv.task.done()
+    ]
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(BaseException):
+            await task
+    rt.live.clear()
+    await asyncio.to_thread(rt.heartbeat.stop)
+    await asyncio.to_thread(DBOS.destroy)
 
 
 def _sqlite_wal(path: str) -> None:
@@ -652,12 +766,11 @@ def _sqlite_wal(path: str) -> None:
         conn.execute("PRAGMA journal_mode = WAL")
 
 
-def _launch(parsed: DbosUrl) -> _Runtime:
-    executor_id = new_owner_id()
+def _launch(parsed: DbosUrl, *, listening: bool = False) -> _Runtime:
+    executor_id = configured_executor_id()
     config: DBOSConfig = {
         "name": "perdure",
         "system_database_url": parsed.system_database_url,
-        "application_version": application_version(),
         "executor_id": executor_id,
         # Portable JSON: DBOS's own CLI and API decode every perdure record.
         "serializer": DBOSPortableJSONSerializer(),
@@ -665,12 +778,16 @@ def _launch(parsed: DbosUrl) -> _Runtime:
         "notification_listener_polling_interval_sec": 0.05,
         "enable_otlp": False,
     }
+    version = configured_version()
+    if version is not None:
+        config["application_version"] = version
     if parsed.schema:
         config["dbos_system_schema"] = parsed.schema
     try:
         if parsed.system_database_url.startswith("sqlite:///"):
             _sqlite_wal(parsed.system_database_url.removeprefix("sqlite:///"))
         DBOS(config=config)
+        DBOS.listen_queues([RECOVERY_QUEUE] if listening else [])
         DBOS.launch()
     except Exception as exc:
         with contextlib.suppress(Exception):
@@ -681,9 +798,15 @@ def _launch(parsed: DbosUrl) -> _Runtime:
             f" ({parsed.url}): {type(exc).__name__}: {exc}"
         ) from exc
     schema = _compat.system_tables().workflow_status.schema
-    marks = Marks(_compat.system_engine(), schema)
+    engine = _compat.system_engine()
+    marks = Marks(engine, schema)
     marks.create()
-    return _Runtime(parsed.url, executor_id, marks)
+    executors = Executors(engine, schema)
+    executors.create()
+    version = application_version()
+    heartbeat = Heartbeat(executors, executor_id, version)
+    heartbeat.start()
+    return _Runtime(parsed.url, executor_id, version, marks, executors, heartbeat, listening)
 
 
 # -- mapping DBOS records to perdure's -------------------------------------------------
@@ -708,11 +831,11 @@ def _stored_input(st: StatusRow) -> Any:
     return args[1] if len(args) > 1 else None
 
 
-def _listed(st: StatusRow, mark: Mark | None) -> RunInfo:
+def _listed(st: StatusRow, mark: Mark | None, dead: set[str]) -> RunInfo:
     """``_info``, or for a row perdure cannot or will not read, the run shown as needing
     attention with the reason ``corrupt``: one bad row must not hide the others."""
     try:
-        return _info(st, mark)
+        return _info(st, mark, dead)
     except CorruptHistoryError as exc:
         return RunInfo(
             run_id=st.run_id,
@@ -736,7 +859,8 @@ def _error(st: StatusRow) -> dict[str, Any]:
     return {"type": type(err).__name__, "message": str(err)}
 
 
-def _info(st: StatusRow, mark: Mark | None) -> RunInfo:
+def _info(st: StatusRow, mark: Mark | None, dead: set[str]) -> RunInfo:
+    """The run as perdure shows it; ``dead`` holds the dead executors known."""
     args = _inputs(st)
     workflow = mark.workflow if mark is not None else (str(args[0]) if args else "?")
     info = RunInfo(
@@ -780,9 +904,9 @@ def _info(st: StatusRow, mark: Mark | None) -> RunInfo:
         info.error = mark.error
         if status == "ENQUEUED" and info.status is RunStatus.RUNNING:
             info.status = RunStatus.PENDING
-    if not info.status.terminal and info.status is not RunStatus.SUSPENDED:
+    if status == "PENDING" and not info.status.terminal:
         executor = st.executor_id or ""
-        if executor and executor_is_dead(executor):
+        if executor in dead:
             info.details["stranded"] = (
                 f"executor {executor} died; a `perdure worker` with workflow "
                 f"{workflow!r} (application version {st.app_version}) will recover it"

@@ -1,8 +1,9 @@
 """Every private DBOS name perdure uses, in one place, pinned by ``tests/dbos/test_dbos_compat.py``.
 
 DBOS offers no public way to (a) reach its system database's engine and table
-definitions, (b) take over a PENDING workflow of a dead executor on another host, or
-(c) stop its pickle decoder. Each use is a function here; an upgrade that moves a name
+definitions, (b) recover the PENDING workflows of a dead executor on another host
+without Conductor (its documented admin endpoint is not in this release), or (c) stop
+its pickle decoder. Each use is a function here; an upgrade that moves a name
 fails that test loudly instead of breaking a code path at run time.
 """
 
@@ -73,45 +74,23 @@ def system_tables() -> Any:
     return _sys_db().tables
 
 
-def take_over(run_id: str, dead: str, me: str, version: str) -> bool:
-    """Move the PENDING workflow ``run_id`` from the dead executor ``dead`` to ``me``
-    (compare-and-set on ``workflow_status``, with a new ``owner_xid`` that fences the
-    loser's writes), then execute it here. False when another executor won.
+def recover(run_ids: list[str], dead: list[str], queue: str) -> list[str]:
+    """Hand the PENDING workflows ``run_ids`` of the dead executors ``dead`` to DBOS's
+    recovery, onto ``queue``; the ids DBOS re-enqueued.
 
-    DBOS recovers only its own executor id's workflows at launch; one of a dead host
-    has no public path to another executor without Conductor.
+    This is DBOS's own recovery of a dead executor's workflows, what its admin endpoint
+    ``/dbos-workflow-recovery`` and Conductor trigger (``DBOS._recover_pending_workflows``
+    → ``_recover_workflow`` → ``reenqueue_for_recovery``), taken one workflow at a time so
+    perdure can leave out a row it refuses to let DBOS decode (``py_pickle``), and onto
+    perdure's queue rather than DBOS's internal one (which every launched process
+    dequeues, clients included). DBOS re-enqueues each with a compare-and-set on its
+    status and executor id, and exactly one live executor of its application version
+    dequeues it, with a new ``owner_xid`` that fences the dead one's writes.
     """
-    import time
-    import uuid
-
-    from dbos._core import execute_dequeued_workflow
     from dbos._dbos import _get_dbos_instance  # pyright: ignore[reportPrivateUsage]
 
-    dbos = _get_dbos_instance()
-    sys_db = dbos._sys_db  # pyright: ignore[reportPrivateUsage]
-    ws = sys_db.tables.workflow_status
-    owner_xid = str(uuid.uuid4())
-    with sys_db.engine.begin() as conn:
-        res = conn.execute(
-            sa.update(ws)
-            .where(ws.c.workflow_uuid == run_id)
-            .where(ws.c.status == "PENDING")
-            .where(ws.c.executor_id == dead)
-            .values(
-                executor_id=me,
-                owner_xid=owner_xid,
-                application_version=version,
-                recovery_attempts=ws.c.recovery_attempts + 1,
-                updated_at=int(time.time() * 1000),
-            )
-        )
-    if res.rowcount != 1:
-        return False
-    status = sys_db.get_workflow_status(run_id)
-    if status is None:
-        return False
-    execute_dequeued_workflow(dbos, status, owner_xid)
-    return True
+    sys_db = _get_dbos_instance()._sys_db  # pyright: ignore[reportPrivateUsage]
+    return [run_id for run_id in run_ids if sys_db.reenqueue_for_recovery(run_id, dead, queue)]
 
 
 async def use_dbos_thread_pool() -> None:
@@ -150,10 +129,10 @@ __all__ = [
     "PICKLE",
     "current_function_id",
     "pickle_refused",
+    "recover",
     "refuse_pickle",
     "skip_operations_to",
     "system_engine",
     "system_tables",
-    "take_over",
     "use_dbos_thread_pool",
 ]

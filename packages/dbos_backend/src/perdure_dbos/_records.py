@@ -157,3 +157,35 @@ def recorded_at(engine: sa.Engine, t: Any, run_id: str, function_id: int) -> boo
     )
     with engine.connect() as conn:
         return conn.execute(query).first() is not None
+
+
+def pending_executors(engine: sa.Engine, t: Any, name: str, version: str) -> set[str]:
+    """The executors holding PENDING workflows ``name`` of application version ``version``."""
+    ws = t.workflow_status
+    query = (
+        sa.select(ws.c.executor_id)
+        .where(ws.c.status == "PENDING", ws.c.name == name, ws.c.application_version == version)
+        .distinct()
+    )
+    with engine.connect() as conn:
+        return {str(r[0]) for r in conn.execute(query) if r[0] is not None}
+
+
+def pending_of(
+    engine: sa.Engine, t: Any, name: str, version: str, executors: Sequence[str]
+) -> list[tuple[str, str | None]]:
+    """(run id, serialization) of the PENDING workflows ``name`` of ``version`` that the
+    ``executors`` hold, oldest first."""
+    ws = t.workflow_status
+    query = (
+        sa.select(ws.c.workflow_uuid, ws.c.serialization)
+        .where(
+            ws.c.status == "PENDING",
+            ws.c.name == name,
+            ws.c.application_version == version,
+            ws.c.executor_id.in_(list(executors)),
+        )
+        .order_by(ws.c.created_at, ws.c.workflow_uuid)
+    )
+    with engine.connect() as conn:
+        return [(str(r[0]), r[1]) for r in conn.execute(query)]
