@@ -6,6 +6,9 @@ import base64
 import binascii
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -182,3 +185,45 @@ async def test_a_corrupt_dbos_step_row_is_named_and_the_run_parks(
     assert info.status is RunStatus.NEEDS_ATTENTION
     assert info.attention is not None
     assert info.attention["reason"] == "CorruptHistoryError"
+
+
+def dbos_cli(url: str, *args: str) -> Any:
+    """Run DBOS's own CLI (``dbos workflow ...``) on the run's system database; its JSON."""
+    parsed = DbosUrl.parse(url)
+    where = ["-s", parsed.system_database_url]
+    if parsed.schema:
+        where += ["--schema", parsed.schema]
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "dbos"), "workflow", *args, *where],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+async def test_dbos_own_cli_decodes_a_perdure_run(
+    perdure_backend: Any, perdure_url: str, flows: Any
+) -> None:
+    handle = await perdure_backend.start(flows.approval, ("cli",), {}, run_id="r-cli")
+    await perdure_backend.idle()
+    await perdure_backend.signal("r-cli", perdure.APPROVAL, {"approved": True}, by="ann")
+    assert await handle.result(timeout=30) == {"approved": True}
+
+    listed = dbos_cli(perdure_url, "list", "-n", "perdure_run")
+    (run,) = [w for w in listed if w["workflow_id"] == "r-cli"]
+    assert run["status"] == "SUCCESS"
+    assert run["input"]["args"] == ["dbos_approval", {"args": ["cli"], "kwargs": {}}]
+    assert run["output"] == {"status": "succeeded", "result": {"approved": True}}
+    assert dbos_cli(perdure_url, "get", "r-cli")["output"] == run["output"]
+
+    steps = dbos_cli(perdure_url, "steps", "r-cli")
+    names = [s["function_name"] for s in steps]
+    assert names[:2] == ["1:lookup", "2:charge"], names
+    lookup = steps[0]["output"]["events"][0]
+    assert (lookup["kind"], lookup["data"]["result"]["order"]) == ("step_completed", "cli")
+    # One DBOS step per perdure step: no step name is recorded twice.
+    completed = [n for n in names if n[:1].isdigit()]
+    assert len(completed) == len(set(completed)), names
