@@ -227,3 +227,28 @@ async def test_dbos_own_cli_decodes_a_perdure_run(
     # One DBOS step per perdure step: no step name is recorded twice.
     completed = [n for n in names if n[:1].isdigit()]
     assert len(completed) == len(set(completed)), names
+
+
+async def test_list_runs_filters_by_status_workflow_age_and_limit(
+    perdure_backend: Any, flows: Any
+) -> None:
+    for i in range(3):
+        await perdure_backend.start(flows.approval, (f"a{i}",), {}, run_id=f"r-list-{i}")
+        await perdure_backend.idle()
+    failed = await perdure_backend.start(flows.failing, ("f",), {}, run_id="r-list-f")
+    with pytest.raises(perdure.RunFailedError):
+        await failed.result(timeout=30)
+
+    async def ids(**kw: Any) -> list[str]:
+        return [r.run_id for r in await perdure_backend.list_runs(**kw)]
+
+    suspended = ["r-list-2", "r-list-1", "r-list-0"]  # newest first
+    assert await ids(statuses=[RunStatus.SUSPENDED]) == suspended
+    assert await ids(statuses=[RunStatus.SUSPENDED], limit=2) == suspended[:2]
+    assert await ids(statuses=[RunStatus.FAILED]) == ["r-list-f"]
+    assert await ids(statuses=[RunStatus.FAILED, RunStatus.SUSPENDED]) == ["r-list-f", *suspended]
+    assert await ids(workflow="dbos_failing") == ["r-list-f"]
+    assert await ids(workflow="dbos_approval", limit=1) == ["r-list-2"]
+    assert await ids(limit=2) == ["r-list-f", "r-list-2"]
+    assert await ids(older_than=3600) == []
+    assert await ids(statuses=[RunStatus.SUCCEEDED]) == []

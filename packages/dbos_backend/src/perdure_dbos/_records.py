@@ -106,21 +106,21 @@ def status_rows(
     *,
     run_ids: Sequence[str] | None = None,
     statuses: Sequence[str] | None = None,
-    updated_before_ms: int | None = None,
+    where: Sequence[Any] = (),
     limit: int | None = None,
+    offset: int = 0,
 ) -> list[StatusRow]:
-    """``workflow_status`` rows of the DBOS workflow ``name``, newest first, filtered in SQL."""
+    """``workflow_status`` rows of the DBOS workflow ``name``, newest first, filtered in SQL
+    (``where``: further conditions, e.g. ``listing_filter``'s)."""
     ws = t.workflow_status
-    query = _status_query(t).where(ws.c.name == name)
+    query = _status_query(t).where(ws.c.name == name, *where)
     if run_ids is not None:
         query = query.where(ws.c.workflow_uuid.in_(list(run_ids)))
     if statuses is not None:
         query = query.where(ws.c.status.in_(list(statuses)))
-    if updated_before_ms is not None:
-        query = query.where(ws.c.updated_at <= updated_before_ms)
     query = query.order_by(ws.c.created_at.desc(), ws.c.workflow_uuid.desc())
     if limit is not None:
-        query = query.limit(limit)
+        query = query.limit(limit).offset(offset)
     with engine.connect() as conn:
         rows = conn.execute(query).all()
     return [StatusRow(*(row[i] for i in range(11))) for row in rows]
@@ -189,3 +189,50 @@ def pending_of(
     )
     with engine.connect() as conn:
         return [(str(r[0]), r[1]) for r in conn.execute(query)]
+
+
+#: The DBOS statuses that show, whatever perdure's own row says, as these perdure ones.
+_BY_DBOS_STATUS: dict[str, tuple[str, ...]] = {
+    "SUCCESS": ("succeeded", "cancelled"),
+    "ERROR": ("failed",),
+    "CANCELLED": ("cancelled",),
+    "MAX_RECOVERY_ATTEMPTS_EXCEEDED": ("needs-attention",),
+    "ENQUEUED": ("pending",),
+}
+
+
+def listing_filter(
+    t: Any,
+    marks: sa.Table,
+    *,
+    statuses: Sequence[str] | None,
+    workflow: str | None,
+    updated_before: float | None,
+) -> list[Any]:
+    """SQL conditions that keep every run ``list_runs`` would show for these arguments
+    (perdure statuses, workflow name, last change before a time) and drop almost all
+    others; the caller's exact test runs on what is left."""
+    ws = t.workflow_status
+    owned = sa.select(marks.c.run_id).where(marks.c.run_id == ws.c.workflow_uuid)
+    mark = sa.select(marks.c.status).where(marks.c.run_id == ws.c.workflow_uuid)
+    out: list[Any] = []
+    if workflow is not None:
+        named = owned.where(marks.c.workflow == workflow)
+        out.append(sa.or_(named.exists(), ~owned.exists()))
+    if statuses is not None:
+        wanted = set(statuses)
+        either = [
+            mark.where(marks.c.status.in_(sorted(wanted))).exists(),
+            ~owned.exists(),
+            # A row perdure will not decode is listed as needing attention.
+            ws.c.serialization.notin_(sorted(s for s in DECODED if s is not None)),
+        ]
+        dbos = [k for k, shown in _BY_DBOS_STATUS.items() if wanted & set(shown)]
+        if dbos:
+            either.append(ws.c.status.in_(dbos))
+        out.append(sa.or_(*either))
+    if updated_before is not None:
+        late = owned.where(marks.c.updated_at > updated_before)
+        out.append(ws.c.updated_at <= int(updated_before * 1000))
+        out.append(~late.exists())
+    return out
