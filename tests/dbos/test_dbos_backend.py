@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import sqlalchemy as sa
+from dbos_spawn import drive
 
 import perdure
 from perdure import EventKind, RunStatus
@@ -30,25 +31,6 @@ def flows(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> Any:
     import dbos_flows
 
     return dbos_flows
-
-
-def drive(processes: Processes, workflow: str, *args: Any, run_id: str, **env: str) -> Any:
-    """Start ``run_id`` in a new process that exits once the run stops or suspends."""
-    return processes.spawn(
-        "-m",
-        "dbos_drive",
-        "--url",
-        processes.url,
-        "--module",
-        "dbos_flows",
-        "--workflow",
-        workflow,
-        "--run-id",
-        run_id,
-        "--input",
-        json.dumps({"args": list(args), "kwargs": {}}),
-        env=env,
-    )
 
 
 def system_rows(url: str) -> list[tuple[str, str, Any]]:

@@ -9,46 +9,18 @@ shut down, or when its process is gone from this host.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from dbos_spawn import drive
+
 import perdure
 from perdure import RunStatus
-from perdure.testing import Patience, Process, Processes, Receiver, wait_for_status
+from perdure.testing import Patience, Processes, Receiver, wait_for_status
 
 ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_ATTENTION)
 #: A short executor timeout, so a dead host's runs are taken over soon.
 FAST = {"PERDURE_DBOS_EXECUTOR_TIMEOUT": "4"}
-
-
-def drive(
-    processes: Processes,
-    workflow: str,
-    *args: Any,
-    run_id: str,
-    count: int | None = None,
-    **env: str,
-) -> Process:
-    """Start ``run_id`` (or ``count`` runs ``run_id-i``) in a new process that exits once
-    they stop or suspend."""
-    extra = [] if count is None else ["--count", str(count)]
-    return processes.spawn(
-        "-m",
-        "dbos_drive",
-        "--url",
-        processes.url,
-        "--module",
-        "dbos_flows",
-        "--workflow",
-        workflow,
-        "--run-id",
-        run_id,
-        "--input",
-        json.dumps({"args": list(args), "kwargs": {}}),
-        *extra,
-        env=env,
-    )
 
 
 async def until(check: Callable[[], Awaitable[Any]], what: str, stall: float = 60.0) -> None:

@@ -276,15 +276,20 @@ async def perdure_run(workflow: str, stored_input: Any) -> Any:
             del rt.live[run_id]
 
 
-async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live: Live) -> Any:
-    journal = DbosJournal(rt.marks, rt.url, run_id, lambda: rt.draining)
-    rows = await asyncio.to_thread(
+async def _rows_of(run_ids: Sequence[str]) -> list[StatusRow]:
+    """The ``workflow_status`` rows of ``run_ids`` (those that exist), read by SQL."""
+    return await asyncio.to_thread(
         status_rows,
         _compat.system_engine(),
         _compat.system_tables(),
         WORKFLOW_NAME,
-        run_ids=[run_id],
+        run_ids=list(run_ids),
     )
+
+
+async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live: Live) -> Any:
+    journal = DbosJournal(rt.marks, rt.url, run_id, lambda: rt.draining)
+    rows = await _rows_of([run_id])
     created = _seconds(rows[0].created_ms) if rows else time.time()
     mark = await asyncio.to_thread(rt.marks.get, run_id)
     details = mark.details if mark is not None else {}
@@ -449,13 +454,7 @@ class DbosBackend(Backend):
     async def _status(self, run_id: str) -> StatusRow:
         """The run's ``workflow_status`` row, read by SQL (never DBOS's decoder)."""
         await self.open()
-        rows = await asyncio.to_thread(
-            status_rows,
-            _compat.system_engine(),
-            _compat.system_tables(),
-            WORKFLOW_NAME,
-            run_ids=[run_id],
-        )
+        rows = await _rows_of([run_id])
         if not rows:
             raise RunNotFoundError(run_id)
         return rows[0]
@@ -634,13 +633,7 @@ class DbosBackend(Backend):
         perdure's rows of them); the ids deleted. DBOS's own status decides: a run whose
         end is recorded but whose workflow has not returned yet is not finished, and stays."""
         await self.open()
-        rows = await asyncio.to_thread(
-            status_rows,
-            _compat.system_engine(),
-            _compat.system_tables(),
-            WORKFLOW_NAME,
-            run_ids=list(run_ids),
-        )
+        rows = await _rows_of(run_ids)
         ended = [st.run_id for st in rows if st.status in ENDED]
         if ended:
             await DBOS.delete_workflows_async(ended)
