@@ -64,3 +64,12 @@ async def sealed(order: str) -> Any:
     found = await secret_lookup(order)
     decision = await perdure.wait_for_signal("go")
     return {"found": found, "decision": decision}
+
+
+@perdure.workflow(name="temporal_story")
+async def story() -> Any:
+    await note("looked up")
+    await perdure.sleep(0.5)
+    decision = await perdure.wait_for_signal("go")
+    await note("done")
+    return decision

@@ -20,9 +20,11 @@ wrong state. The record is mirrored into the workflow's memo and search attribut
 listings go to visibility and ``describe``, never to a worker.
 
 Event data, input and results travel as JSON text (or references to payloads stored
-aside): the workflow never parses them. It imports only the standard library and
-``temporalio`` and reads time only through ``workflow.now()``, so it is deterministic
-and runs without the sandbox.
+aside): the workflow never parses them. It imports only the standard library,
+``temporalio`` and ``story.py`` (what the UI shows; standard library only) and reads
+time only through ``workflow.now()``, so it is deterministic and runs without the
+sandbox. Drives, timers and the workflow's current details carry summaries that tell
+the run's story in Temporal's UI and CLI (``story.py``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from temporalio.common import (
     TypedSearchAttributes,
 )
 from temporalio.exceptions import ActivityError, ApplicationError
+
+from perdure_temporal import story
 
 WORKFLOW_TYPE = "perdure.run"
 DRIVE_ACTIVITY = "perdure.drive"
@@ -119,6 +123,10 @@ class PerdureRun:
         #: The run was parked during this execution: the workflow continues as new, so
         #: a caller long-polling for the execution's close (``wait``) hears of it.
         self.parked_here = False
+        #: For the story Temporal's UI and CLI tell (``story.py``): the last step a drive
+        #: recorded and what made the next drive due.
+        self.last_step: str | None = carried.get("last_step")
+        self.woken_by = "start" if not carried else "continued as new"
 
     @workflow.run
     async def main(self, start: dict[str, Any]) -> dict[str, Any]:
@@ -175,8 +183,9 @@ class PerdureRun:
             start_to_close_timeout=timedelta(seconds=float(cfg["drive_timeout"])),
             heartbeat_timeout=timedelta(seconds=float(cfg["heartbeat_timeout"])),
             retry_policy=DRIVE_RETRY,
-            summary=f"drive {self.drives} of {self.run['workflow']}",
+            summary=story.drive_summary(self.run, self.drives, self.woken_by, self.last_step),
         )
+        self._tell()
         # Wait on the handle's completion, not the handle: a workflow cancellation
         # then lands here (and is recorded) without cancelling the drive itself.
         while not handle.done():
@@ -204,6 +213,7 @@ class PerdureRun:
         run = self.run
         if run["status"] == "suspended" and self._woken():
             self.due = True
+            self.woken_by = f"signal {run['waiting_for']!r}"
             return
         timeout: float | None = None
         if run["status"] == "suspended" and run["wake_at"] is not None:
@@ -212,11 +222,16 @@ class PerdureRun:
             await workflow.wait_condition(
                 lambda: self.due or self._woken() or self._too_long(),
                 timeout=None if timeout is None else timedelta(seconds=timeout),
+                timeout_summary=story.timer_summary(run),
             )
         except TimeoutError:
             pass
-        if run["status"] == "suspended" and (self._woken() or self._timer_fired()):
+        if run["status"] == "suspended" and self._woken():
             self.due = True
+            self.woken_by = f"signal {run['waiting_for']!r}"
+        elif run["status"] == "suspended" and self._timer_fired():
+            self.due = True
+            self.woken_by = "timer"
 
     def _woken(self) -> bool:
         run = self.run
@@ -248,6 +263,7 @@ class PerdureRun:
                 "drives": self.drives,
                 "due": self.due,
                 "late": self.late,
+                "last_step": self.last_step,
             },
         }
 
@@ -311,6 +327,7 @@ class PerdureRun:
         for event in arg["events"]:
             if event["kind"] in OUTCOMES:
                 self.late.pop(event["step_key"], None)  # recorded now
+            self.last_step = event.get("step_key") or self.last_step
         consume = arg.get("consume_signal")
         if consume is not None:
             for s in self.signals:
@@ -331,6 +348,7 @@ class PerdureRun:
             self.parked_here = self.parked_here or run["status"] == "needs-attention"
             self._unpark_late()
             self._publish()
+        self._tell()
         return run
 
     @workflow.update
@@ -442,6 +460,7 @@ class PerdureRun:
             # Due now: the record says so at once, before the next drive starts.
             run["wake_at"] = record["sent_at"]
             self.due = True
+            self.woken_by = f"signal {name!r}"
             self._publish(force=True)
         return record
 
@@ -465,6 +484,7 @@ class PerdureRun:
         self.next_seq += len(arg["events"])
         run.update(status=arg["status"], attention=None, wake_at=now, updated_at=now)
         self.due = True
+        self.woken_by = "operator"
         self._publish()
         return run
 
@@ -493,6 +513,7 @@ class PerdureRun:
         run["updated_at"] = now
         # The drive running now sees it at its next write; otherwise drive once more.
         self.due = True
+        self.woken_by = "cancel"
         self._publish()
 
     def _park(self, attention: dict[str, Any]) -> None:
@@ -506,6 +527,7 @@ class PerdureRun:
         its worker died goes from one suspension (a timer) to the next (a signal) without
         passing through running, and readers (``get_run``, a webhook, the console) must
         not be shown the timer."""
+        self._tell()
         shown = (self.run["status"], bool(self.run["cancel_requested"]))
         waits = (self.run["waiting_for"], self.run["wake_at"])
         if shown == self._shown and not force:
@@ -522,6 +544,10 @@ class PerdureRun:
             updates.append(WORKFLOW.value_set(self.run["workflow"]))
         workflow.upsert_search_attributes(updates)
         workflow.upsert_memo({MEMO: {k: v for k, v in self.run.items() if k != "input"}})
+
+    def _tell(self) -> None:
+        """The workflow's current details (no command: nothing in the history)."""
+        workflow.set_current_details(story.details(self.run, self.drives, self.last_step))
 
 
 def _refused(message: str, kind: str) -> ApplicationError:
