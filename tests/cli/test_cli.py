@@ -368,6 +368,20 @@ def test_worker_with_an_unimportable_module_exits_2(url: str, tmp_path: Path) ->
     assert "no such file" in result.stderr
 
 
+def test_worker_rate_and_queue_on_a_backend_without_queues_are_refused(url: str) -> None:
+    result = cli("worker", "tests/cli/cli_workflows.py", "--url", url, "--rate", "5/s")
+    assert result.exit_code == 6
+    assert "--rate: sqlite:///" in result.stderr
+    assert "has no queues or rate limits" in result.stderr
+    result = cli("worker", "tests/cli/cli_workflows.py", "--url", url, "--queue", "llm")
+    assert result.exit_code == 6
+    assert "--queue: sqlite:///" in result.stderr
+    for bad in ("fast", "0/s", "5/week", "-1"):
+        result = cli("worker", "tests/cli/cli_workflows.py", "--url", url, "--rate", bad)
+        assert result.exit_code == 2, bad
+        assert f"--rate {bad!r}: give a positive rate such as 5/s" in result.stderr
+
+
 def test_demo_without_the_adapter_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "perdure_openai_agents.demo", None)
     result = cli("demo")

@@ -15,11 +15,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from perdure.errors import (
+    ConfigurationError,
     DeterminismError,
     NeedsAttentionError,
     RunCancelledError,
     RunFailedError,
 )
+from perdure.masking import mask_url
 from perdure.records import Event, RunInfo, RunStatus
 from perdure.serialization import from_jsonable
 from perdure.validation import check_name
@@ -210,8 +212,30 @@ class Backend(ABC):
         suspended or parked (what a short-lived process waits for before exiting)."""
 
     @abstractmethod
-    async def serve(self, *, stop: asyncio.Event, concurrency: int = 100) -> None:
-        """Be a worker: recover and drive due runs of every registered workflow until ``stop``."""
+    async def serve(
+        self,
+        *,
+        stop: asyncio.Event,
+        concurrency: int = 100,
+        queue: str | None = None,
+        rate: float | None = None,
+    ) -> None:
+        """Be a worker: recover and drive due runs of every registered workflow until ``stop``.
+
+        ``queue`` names the substrate's queue this worker takes work from (``perdure worker
+        --queue``) and ``rate`` caps the work started from it per second (``--rate``, an
+        LLM's rate limit). A backend whose substrate has neither refuses them
+        (``refuse_queue_options``)."""
+
+    def refuse_queue_options(self, queue: str | None, rate: float | None) -> None:
+        """Raise ``ConfigurationError`` if ``serve`` was given a queue or a rate that this
+        backend's substrate has no notion of."""
+        given = [name for name, value in (("--queue", queue), ("--rate", rate)) if value]
+        if given:
+            raise ConfigurationError(
+                f"{' and '.join(given)}: {mask_url(self.url)} has no queues or rate limits "
+                "(Temporal task queues and DBOS queues do)"
+            )
 
 
 def run_filter(

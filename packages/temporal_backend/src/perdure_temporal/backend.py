@@ -64,7 +64,7 @@ from perdure_temporal.drive import Drives
 from perdure_temporal.faults import ride_out
 from perdure_temporal.history import read_history
 from perdure_temporal.payloads import PayloadStore, open_payloads
-from perdure_temporal.url import TemporalUrl
+from perdure_temporal.url import TemporalUrl, with_task_queue
 from perdure_temporal.worker import WorkflowWorker, drive_worker, replay_failure
 from perdure_temporal.workflow import (
     APPROVAL_NOT_PENDING,
@@ -170,7 +170,9 @@ class TemporalBackend(Backend):
         if workflows is not None:
             await asyncio.to_thread(workflows.stop)
 
-    async def _ensure_drives(self, concurrency: int = DEFAULT_CONCURRENCY) -> Drives | None:
+    async def _ensure_drives(
+        self, concurrency: int = DEFAULT_CONCURRENCY, rate: float | None = None
+    ) -> Drives | None:
         """Run drives in this process (on this loop) from now on, unless its role is
         ``workflows`` (then drives run in other processes)."""
         await self.open()
@@ -182,6 +184,7 @@ class TemporalBackend(Backend):
                 drives,
                 concurrency,
                 self.config.heartbeat_timeout,
+                rate=rate,
             )
             self._drives, self._drive_worker = drives, worker
             self._drive_task = asyncio.get_running_loop().create_task(
@@ -529,13 +532,39 @@ class TemporalBackend(Backend):
         while drives is not None and drives.running:
             await asyncio.gather(*drives.running.values(), return_exceptions=True)
 
-    async def serve(self, *, stop: asyncio.Event, concurrency: int = 100) -> None:
+    async def serve(
+        self,
+        *,
+        stop: asyncio.Event,
+        concurrency: int = 100,
+        queue: str | None = None,
+        rate: float | None = None,
+    ) -> None:
+        """Be a Temporal worker on the task queue (``queue``, else the URL's): workflow
+        tasks, and ``concurrency`` drives at a time; ``rate`` is the task queue's
+        activity rate limit (drives and ``activity=True`` effects started per second by
+        all its workers together, which the server enforces)."""
         if not registered_workflows():
             raise ConfigurationError(
                 "this worker has no registered workflows; import the module that defines them"
             )
-        await self._ensure_drives(concurrency)
+        if queue is not None and queue != self.config.task_queue:
+            await self._move_to(queue)
+        await self._ensure_drives(concurrency, rate)
         await stop.wait()
+
+    async def _move_to(self, task_queue: str) -> None:
+        """Serve ``task_queue`` instead of the URL's (before any run is driven here)."""
+        await self.close()
+        self.url = with_task_queue(self.url, task_queue)
+        self.config = TemporalUrl.parse(self.url)
+        self.values = Values(self.config, self.values.payloads)
+        await self.open()
+
+    @property
+    def drive_worker(self) -> Worker | None:
+        """The Temporal worker running drives in this process, once there is one."""
+        return self._drive_worker
 
     # -- acting on a run -----------------------------------------------------------------
 

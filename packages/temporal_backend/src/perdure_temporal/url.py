@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from perdure.errors import ConfigurationError
 from perdure.urls import split_url
@@ -205,3 +205,11 @@ def state_url(url: str) -> str:
     config = TemporalUrl.parse(url)
     config.payloads.mkdir(parents=True, exist_ok=True)
     return config.state
+
+
+def with_task_queue(url: str, task_queue: str) -> str:
+    """``url`` naming ``task_queue`` instead (``perdure worker --queue``)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "task_queue"]
+    query.append(("task_queue", task_queue))
+    return urlunsplit(parts._replace(query=urlencode(query, safe="/:@")))

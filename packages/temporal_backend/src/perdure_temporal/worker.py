@@ -83,14 +83,24 @@ class WorkflowWorker:
 
 
 def drive_worker(
-    client: Client, task_queue: str, drives: Any, concurrency: int, heartbeat_timeout: float
+    client: Client,
+    task_queue: str,
+    drives: Any,
+    concurrency: int,
+    heartbeat_timeout: float,
+    *,
+    rate: float | None = None,
 ) -> Worker:
-    """A worker for the ``perdure.drive`` activity, ``concurrency`` drives at a time."""
+    """A worker for the ``perdure.drive`` activity, ``concurrency`` drives at a time;
+    with ``rate``, at most that many activities started per second on the task queue
+    (the server enforces it across all workers) and by this worker."""
     return Worker(
         client,
         task_queue=task_queue,
         activities=[drives.drive],
         max_concurrent_activities=concurrency,
+        max_task_queue_activities_per_second=rate,
+        max_activities_per_second=rate,
         graceful_shutdown_timeout=DRAIN_TIMEOUT,
         # The SDK sends a heartbeat at most every 0.8x the timeout by default, which
         # leaves a loaded worker a fifth of it: send one every quarter instead.

@@ -15,7 +15,7 @@ from perdure.cli import audit as audit_mod
 from perdure.cli import console, ops, replay, runs, token, worker
 from perdure.cli import demo as demo_mod
 from perdure.cli import gateway as gateway_mod
-from perdure.cli.common import execute, guard, parse_duration
+from perdure.cli.common import execute, guard, parse_duration, parse_rate
 
 EPILOG = (
     "Exit codes: 0 ok; 1 unexpected error; 2 usage or bad input; 3 run not found; "
@@ -385,6 +385,25 @@ def worker_cmd(
     concurrency: Annotated[
         int, typer.Option("--concurrency", "-c", min=1, help="Runs driven at once.")
     ] = 100,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--queue",
+            help="The substrate's queue to take runs from (Temporal: the task queue, "
+            "as task_queue= in the URL).",
+            show_default=False,
+        ),
+    ] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option(
+            "--rate",
+            help="At most this much work started per second from the queue by all its "
+            "workers together (5/s, 300/m): an LLM's rate limit. Temporal: the task "
+            "queue's activity rate.",
+            show_default=False,
+        ),
+    ] = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -420,7 +439,16 @@ def worker_cmd(
     """Import MODULEs, then recover and drive their runs until SIGINT/SIGTERM (which
     drains: in-flight steps finish, their runs are released for another worker)."""
     execute(
-        lambda: worker.serve(url, modules, concurrency, metrics_port, grace, retention),
+        lambda: worker.serve(
+            url,
+            modules,
+            concurrency,
+            metrics_port,
+            grace,
+            retention,
+            queue=queue,
+            rate=None if rate is None else parse_rate("--rate", rate),
+        ),
         before=lambda: worker.prepare(modules),
     )
 

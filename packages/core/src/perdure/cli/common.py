@@ -201,6 +201,23 @@ def parse_duration(option: str, text: str) -> float:
         raise UsageProblem(f"{option} {exc}") from None
 
 
+#: Seconds per unit of a ``--rate`` (``5/s``, ``300/m``, ``10000/h``).
+_RATE_UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_rate(option: str, text: str) -> float:
+    """Per second in ``5/s``, ``300/m``, ``10000/h`` or a bare number (per second)."""
+    count, _, unit = text.strip().partition("/")
+    seconds = _RATE_UNITS.get(unit.strip().lower() or "s")
+    try:
+        rate = float(count)
+    except ValueError:
+        rate = -1.0
+    if seconds is None or not rate > 0 or rate == float("inf"):
+        raise UsageProblem(f"{option} {text!r}: give a positive rate such as 5/s, 300/m or 10000/h")
+    return rate / seconds
+
+
 def parse_statuses(values: Sequence[str] | None) -> list[RunStatus] | None:
     """``--status`` values (repeatable, comma-separated, ``_`` or ``-``) as statuses."""
     if not values:

@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.logging import RichHandler
 from rich.markup import escape
@@ -167,6 +168,9 @@ async def serve(
     metrics_port: int | None = None,
     grace: float = 30.0,
     retention_option: str | None = None,
+    *,
+    queue: str | None = None,
+    rate: float | None = None,
 ) -> None:
     keep = retention_of(url, retention_option)
     names = registered_workflows()
@@ -200,7 +204,10 @@ async def serve(
             err().print(
                 f"[bold green]perdure worker[/] on [bold]{escape(mask_url(backend.url))}[/]"
                 + (f" as [cyan]{escape(str(owner))}[/]" if owner else "")
-                + f", concurrency {concurrency}; workflows: {escape(', '.join(names))}",
+                + f", concurrency {concurrency}"
+                + (f", queue [cyan]{escape(queue)}[/]" if queue else "")
+                + (f", at most {rate:g}/s" if rate else "")
+                + f"; workflows: {escape(', '.join(names))}",
                 soft_wrap=True,
             )
             chores: list[asyncio.Task[None]] = []
@@ -210,7 +217,11 @@ async def serve(
             if keep is not None:
                 chores.append(asyncio.create_task(_retain(backend, keep, stop)))
             try:
-                await backend.serve(stop=stop, concurrency=concurrency)
+                # Only what was given: a backend's serve may predate the two options.
+                limits: dict[str, Any] = {"queue": queue} if queue is not None else {}
+                if rate is not None:
+                    limits["rate"] = rate
+                await backend.serve(stop=stop, concurrency=concurrency, **limits)
                 # Nothing runs between this line and shutdown setting ``draining`` (its
                 # first act, before any await): a reader knows no new step starts now.
                 log.info(

@@ -363,9 +363,17 @@ class EmbeddedBackend(Backend):
                 pause = min(pause, left)
             await self._wait_change(pause)
 
-    async def serve(self, *, stop: asyncio.Event, concurrency: int = 100) -> None:
+    async def serve(
+        self,
+        *,
+        stop: asyncio.Event,
+        concurrency: int = 100,
+        queue: str | None = None,
+        rate: float | None = None,
+    ) -> None:
         """Recover and drive due runs until ``stop``; rides out substrate outages (capped,
         jittered backoff, one log line when the store goes away and one when it is back)."""
+        self.refuse_queue_options(queue, rate)
         await self.open()
         backoff = Backoff()
         while not stop.is_set():
