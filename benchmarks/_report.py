@@ -37,6 +37,7 @@ SECTIONS = (
     "LangGraph per-superstep",
     "Agents SDK per-turn",
     "Temporal",
+    "DBOS",
     "recovery",
     "scale",
 )
