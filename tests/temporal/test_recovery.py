@@ -7,9 +7,10 @@ import asyncio
 import contextlib
 import os
 import signal
-import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import NamedTuple
 
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import TimeoutType
@@ -17,8 +18,9 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client
 
 from perdure import RunStatus
+from perdure.backend import Backend
 from perdure.registry import open_backend
-from perdure.testing import Processes, Receiver, wait_for_status
+from perdure.testing import Patience, Process, Processes, Receiver, wait_for_status
 from perdure_temporal import TemporalUrl
 from perdure_temporal.devserver import DevServer, free_port
 from perdure_temporal.testing import fresh_url
@@ -26,48 +28,65 @@ from perdure_temporal.testing import fresh_url
 CONFORMANCE = Path(__file__).parent.parent / "conformance"
 
 
+class Refunds(NamedTuple):
+    """A URL whose drives time out 3 s after their last heartbeat, its backend, the
+    receiver the effects reach and the processes that drive the conformance scenarios."""
+
+    url: str
+    backend: Backend
+    receiver: Receiver
+    procs: Processes
+
+
+@contextlib.asynccontextmanager
+async def refunds(tmp_path: Path) -> AsyncIterator[Refunds]:
+    url = fresh_url(tmp_path, heartbeat_timeout=3)
+    backend = open_backend(url)
+    await backend.open()
+    try:
+        with Receiver() as receiver:
+            env = {"PERDURE_TEST_RECEIVER": receiver.url}
+            procs = Processes(url, env=env, pythonpath=[CONFORMANCE])
+            try:
+                yield Refunds(url, backend, receiver, procs)
+            finally:
+                procs.close()
+    finally:
+        await backend.close()
+
+
 async def test_a_sigkilled_drive_is_finished_by_a_worker_of_another_identity(
     tmp_path: Path,
 ) -> None:
-    url = fresh_url(tmp_path, heartbeat_timeout=3)
-    config = TemporalUrl.parse(url)
-    backend = open_backend(url)
-    await backend.open()
-    with Receiver() as receiver:
-        procs = Processes(
-            url, env={"PERDURE_TEST_RECEIVER": receiver.url}, pythonpath=[CONFORMANCE]
+    async with refunds(tmp_path) as (url, backend, receiver, procs):
+        hold = receiver.hold("charge", "before")
+        driver = procs.drive("scenarios", "refund", "42", run_id="cross-host")
+        receiver.wait_held(hold)
+        driver.kill()
+        hold.drop()
+        worker = procs.worker("scenarios")
+
+        info = await backend.wait("cross-host", timeout=120, drive=False)
+        assert info.status is RunStatus.SUCCEEDED
+        assert receiver.applied["lookup"] == 1  # recorded before the kill: replayed
+        assert receiver.applied["charge"] == 1
+        assert receiver.applied["email"] == 1
+
+        config = TemporalUrl.parse(url)
+        client = await Client.connect(config.target, namespace=config.namespace)
+        handle = client.get_workflow_handle(f"{config.id_prefix}cross-host")
+        started = [
+            e.activity_task_started_event_attributes
+            async for e in handle.fetch_history_events()
+            if e.HasField("activity_task_started_event_attributes")
+        ]
+        first = started[0]  # the drive the killed process had begun
+        assert first.attempt >= 2
+        assert first.identity.startswith(f"{worker.pid}@")
+        assert not first.identity.startswith(f"{driver.pid}@")
+        assert first.last_failure.timeout_failure_info.timeout_type == (
+            TimeoutType.TIMEOUT_TYPE_HEARTBEAT
         )
-        try:
-            hold = receiver.hold("charge", "before")
-            driver = procs.drive("scenarios", "refund", "42", run_id="cross-host")
-            receiver.wait_held(hold)
-            driver.kill()
-            hold.drop()
-            worker = procs.worker("scenarios")
-
-            info = await backend.wait("cross-host", timeout=120, drive=False)
-            assert info.status is RunStatus.SUCCEEDED
-            assert receiver.applied["lookup"] == 1  # recorded before the kill: replayed
-            assert receiver.applied["charge"] == 1
-            assert receiver.applied["email"] == 1
-
-            client = await Client.connect(config.target, namespace=config.namespace)
-            handle = client.get_workflow_handle(f"{config.id_prefix}cross-host")
-            started = [
-                e.activity_task_started_event_attributes
-                async for e in handle.fetch_history_events()
-                if e.HasField("activity_task_started_event_attributes")
-            ]
-            first = started[0]  # the drive the killed process had begun
-            assert first.attempt >= 2
-            assert first.identity.startswith(f"{worker.pid}@")
-            assert not first.identity.startswith(f"{driver.pid}@")
-            assert first.last_failure.timeout_failure_info.timeout_type == (
-                TimeoutType.TIMEOUT_TYPE_HEARTBEAT
-            )
-        finally:
-            procs.close()
-            await backend.close()
 
 
 async def test_a_stalled_attempt_that_timed_out_hands_its_effects_outcome_to_the_run(
@@ -78,16 +97,10 @@ async def test_a_stalled_attempt_that_timed_out_hands_its_effects_outcome_to_the
     attempt parks the run on the email's intent. The stalled process resumes (SIGCONT)
     with the relay's answer: its write is fenced out, and it hands the outcome over, so
     the run finishes without an operator and without sending the email again."""
-    url = fresh_url(tmp_path, heartbeat_timeout=3)
-    backend = open_backend(url)
-    await backend.open()
-    with Receiver() as receiver:
-        procs = Processes(
-            url, env={"PERDURE_TEST_RECEIVER": receiver.url}, pythonpath=[CONFORMANCE]
-        )
+    async with refunds(tmp_path) as (_, backend, receiver, procs):
+        hold = receiver.hold("email", "after")
+        driver = procs.drive("scenarios", "refund", "42", run_id="stalled")
         try:
-            hold = receiver.hold("email", "after")
-            driver = procs.drive("scenarios", "refund", "42", run_id="stalled")
             receiver.wait_held(hold)  # the relay sent it; its answer is held
             os.kill(driver.pid, signal.SIGSTOP)
             procs.worker("scenarios")
@@ -109,8 +122,6 @@ async def test_a_stalled_attempt_that_timed_out_hands_its_effects_outcome_to_the
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(driver.pid, signal.SIGCONT)
-            procs.close()
-            await backend.close()
 
 
 async def test_a_temporal_reset_past_an_intent_parks_the_run_instead_of_resending(
@@ -169,6 +180,25 @@ async def _unrecorded_steps(client: Client, workflow_id: str) -> list[str]:
     return keys
 
 
+async def _until_unrecorded(
+    client: Client, workflow_id: str, step_key: str, driver: Process, stall: float = 120.0
+) -> None:
+    """Poll the server until the running drive heartbeats ``step_key`` as done but not
+    recorded; fail after ``stall`` seconds in which the heartbeated keys did not change
+    (Patience: a drive still getting through its steps is given the time it needs)."""
+    patience = Patience(stall)
+    while True:
+        keys = await _unrecorded_steps(client, workflow_id)
+        if step_key in keys:
+            return
+        patience.observe(tuple(keys))
+        assert not patience.expired(), (
+            f"{step_key} never heartbeated as unrecorded (still {keys}, "
+            f"{patience.waited():.0f}s in all)\n{driver.output()}"
+        )
+        await asyncio.sleep(0.1)  # paces the polls of the server's state
+
+
 async def test_a_completion_whose_record_never_landed_survives_the_sigkill_of_its_worker(
     tmp_path: Path,
 ) -> None:
@@ -201,10 +231,7 @@ async def test_a_completion_whose_record_never_landed_survives_the_sigkill_of_it
             tasks.kill()  # the email's record will find no workflow worker
             hold.release.set()
             client = await Client.connect(server.target)
-            deadline = time.monotonic() + 120
-            while "3:email" not in await _unrecorded_steps(client, wid):
-                assert time.monotonic() < deadline, driver.output()
-                await asyncio.sleep(0.1)  # polls the server's state; no ordering assumed
+            await _until_unrecorded(client, wid, "3:email", driver)
             driver.kill()
             await asyncio.to_thread(server.stop)
             await asyncio.to_thread(server.start)
