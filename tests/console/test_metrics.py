@@ -21,7 +21,7 @@ from perdure import operator
 from perdure.backend import Backend
 from perdure.records import Event, EventKind, RunStatus
 from perdure.testing import Patience
-from perdure.testing.processes import Processes
+from perdure.testing.processes import Process, Processes
 
 HERE = Path(__file__).parent
 WORKFLOW = "console_workflows:refund"
@@ -68,6 +68,17 @@ def scrape_when_up(url: str, deadline: float) -> str:
             time.sleep(0.1)  # a refused connection returns at once: pace the retries
 
 
+def metrics_worker(procs: Processes, url: str) -> tuple[Process, str]:
+    """A `perdure worker` with --metrics-port, and the URL of its /metrics once it serves."""
+    port = free_port()
+    worker = procs.spawn(
+        "-m", "perdure", "worker", "console_workflows", "--url", url, "--metrics-port", str(port)
+    )
+    metrics = f"http://127.0.0.1:{port}/metrics"
+    scrape_when_up(metrics, time.monotonic() + 60)
+    return worker, metrics
+
+
 async def test_scraped_figures_match_the_history(
     perdure_backend: Backend, perdure_url: str, console: ConsoleProcess
 ) -> None:
@@ -91,13 +102,7 @@ async def test_scraped_figures_match_the_history(
         assert before - suspended.updated_at - 1 <= oldest <= after - suspended.updated_at + 1
 
         # a worker with --metrics-port resumes the run once it is approved
-        port = free_port()
-        worker = procs.spawn(
-            "-m", "perdure", "worker", "console_workflows", "--url", perdure_url,
-            "--metrics-port", str(port),
-        )  # fmt: skip
-        worker_metrics = f"http://127.0.0.1:{port}/metrics"
-        scrape_when_up(worker_metrics, time.monotonic() + 60)
+        worker, worker_metrics = metrics_worker(procs, perdure_url)
         await perdure_backend.signal(run_id, "approval", {"approved": True}, by="ops")
         done = await perdure_backend.wait(run_id, timeout=120, drive=False)
         assert done.status is RunStatus.SUCCEEDED, worker.output()
@@ -148,13 +153,7 @@ async def test_an_intent_parked_by_a_worker_is_counted_as_the_history_records(
         parked = await perdure_backend.get_run(run_id)
         assert parked.status is RunStatus.NEEDS_ATTENTION, parked
 
-        port = free_port()
-        worker = procs.spawn(
-            "-m", "perdure", "worker", "console_workflows", "--url", perdure_url,
-            "--metrics-port", str(port),
-        )  # fmt: skip
-        worker_metrics = f"http://127.0.0.1:{port}/metrics"
-        scrape_when_up(worker_metrics, time.monotonic() + 60)
+        worker, worker_metrics = metrics_worker(procs, perdure_url)
         # "retry": the operator says the wire never went out; the worker sends it again,
         # its outcome is unknown again, and the run parks again, this time in the worker
         await operator.reconcile(perdure_backend, run_id, "1:wire", "retry", by="ops")
