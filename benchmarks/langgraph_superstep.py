@@ -40,6 +40,7 @@ from perdure_langgraph import PerdureSaver
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 from benchmarks._results import Figure, Target, add_json_argument, write_json
+from benchmarks._table import print_table
 
 #: Seconds a full run may take here (python -m benchmarks kills it at twice that).
 BENCH_BUDGET_SECONDS = 90
@@ -273,21 +274,26 @@ def report(configs: list[Config], reps: int) -> None:
     """Print medians, per-superstep overheads and the ratios against the targets."""
     base = statistics.median(configs[0].times)
     overhead: dict[str, float] = {}
-    print(f"\n{NODES}-node linear graph, durability='sync', median of {reps} interleaved runs")
-    print(f"{'configuration':<28} {'settings':<42} {'run ms':>8} {'ms/step':>8}")
+    rows: list[list[str]] = []
     for c in configs:
         med = statistics.median(c.times)
         per_step = (med - base) / NODES * 1000
         overhead[c.name] = per_step
-        shown = "-" if c.saver is None else f"{per_step:8.3f}"
-        print(f"{c.name:<28} {c.settings:<42} {med * 1000:8.1f} {shown:>8}")
+        shown = "-" if c.saver is None else f"{per_step:.3f}"
+        rows.append([c.name, c.settings, f"{med * 1000:.1f}", shown])
+    print_table(
+        f"{NODES}-node linear graph, durability='sync', median of {reps} interleaved runs",
+        ["configuration", "settings", "run ms", "ms/step"],
+        rows,
+        [28, 42, 8, 8],
+        align="<<>>",
+    )
     if any("*" in c.settings for c in configs):
         print(
             "* FULL durability done by PerdureSaver itself: every write returns after an"
             " fdatasync of the WAL\n  (the connection commits at NORMAL; the flush runs"
             " outside the write lock and is shared by concurrent commits)"
         )
-    print("\nper-superstep overhead ratios (target <= 0.7):")
     pairs = [
         ("PerdureSaver sqlite FULL", "SqliteSaver", "equal settings: synchronous=FULL"),
         ("PerdureSaver sqlite NORMAL", "SqliteSaver (NORMAL)", "NORMAL on both (extra row)"),
@@ -295,15 +301,22 @@ def report(configs: list[Config], reps: int) -> None:
         ("PerdureSaver postgresql", "PostgresSaver", "equal settings"),
     ]
     by_name = {c.name: c for c in configs}
-    print(f"  {'ours / theirs':<50} {'medians':>8} {'paired':>8}")
+    ratios: list[list[str]] = []
     for ours, theirs, label in pairs:
         if ours in overhead and theirs in overhead and overhead[theirs] > 0:
             ratio = overhead[ours] / overhead[theirs]
             paired = _paired_ratio(configs[0], by_name[ours], by_name[theirs])
             verdict = "ok" if max(ratio, paired) <= TARGET else "MISSED"
-            print(
-                f"  {ours + ' / ' + theirs:<50} {ratio:8.2f} {paired:8.2f}  {verdict:<6} ({label})"
+            ratios.append(
+                [f"{ours} / {theirs}", f"{ratio:.2f}", f"{paired:.2f}", verdict, f"({label})"]
             )
+    print_table(
+        f"per-superstep overhead ratios (target <= {TARGET}):",
+        ["ours / theirs", "medians", "paired", "", ""],
+        ratios,
+        [50, 8, 8, 6, 0],
+        align="<>><<",
+    )
     print(
         "  medians: ratio of the median overheads; paired: median over rounds of the ratio"
         " within a round (robust to disk latency drifting between rounds)"

