@@ -1,4 +1,4 @@
-"""The HTTP gateway: an ASGI reverse proxy (Starlette in, aiohttp out) that forwards a
+"""The HTTP gateway: an ASGI reverse proxy (a plain ASGI app in, aiohttp out) that forwards a
 request carrying an ``Idempotency-Key`` header to its upstream at most once.
 
 ``/NAME/rest/of/path?query`` goes to ``URL/rest/of/path?query`` of the upstream named
@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Mapping
+import json
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
 
 import aiohttp
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 from yarl import URL
 
 from perdure.errors import BackendUnavailableError, PerdureError
@@ -41,6 +40,16 @@ from perdure.gateway.upstreams import check_name, check_url
 from perdure.semantics.unresolved import OUTCOME_HEADER, UNKNOWN
 
 KEY_HEADER = "idempotency-key"
+STATUS_PATH = "/_perdure/status"
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+_OUTCOME_UNKNOWN = (OUTCOME_HEADER.lower().encode(), UNKNOWN.encode())
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Headers = Sequence[tuple[bytes, bytes]]
+#: What the gateway answers: status, raw headers, body.
+_Answer = tuple[int, Headers, bytes]
 
 #: Hop-by-hop headers (RFC 9110 §7.6.1) and those the proxy recomputes.
 _HOP = frozenset(
@@ -91,10 +100,6 @@ class GatewaySettings:
 _AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 
 
-def _error(http_status: int, code: str, message: str, **extra: object) -> JSONResponse:
-    return JSONResponse({"error": code, "message": message, **extra}, status_code=http_status)
-
-
 class _Proxy:
     def __init__(self, settings: GatewaySettings, ledger: Ledger) -> None:
         self.settings = settings
@@ -132,46 +137,45 @@ class _Proxy:
             await self.client.close()
             await self.ledger.close()
 
-    async def status(self, request: Request) -> Response:
-        return JSONResponse({"upstreams": list(self.settings.upstreams), **self.once.status()})
+    def status(self) -> _Answer:
+        return _json(200, {"upstreams": list(self.settings.upstreams), **self.once.status()})
 
-    async def handle(self, request: Request) -> Response:
-        name = request.path_params["upstream"]
+    async def handle(
+        self, name: str, rest: str, query: str, method: str, raw: Headers, body: bytes
+    ) -> _Answer:
         base = self.settings.upstreams.get(name)
         if base is None:
             return _error(404, "unknown_upstream", f"no upstream named {name!r}")
-        body = await request.body()
-        if len(body) > self.settings.max_request:
-            return _error(
-                413, "request_too_large", f"request body over {self.settings.max_request} bytes"
-            )
-        rest = request.path_params["rest"]
-        target = f"{base}/{rest}"
-        if request.url.query:
-            target += f"?{request.url.query}"
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
-        key = request.headers.get(KEY_HEADER)
+        target = f"{base}/{rest}?{query}" if query else f"{base}/{rest}"
+        headers: list[tuple[str, str]] = []
+        key: str | None = None
+        for k, v in raw:
+            lower = k.decode("latin-1")
+            if lower == KEY_HEADER:
+                key = v.decode("latin-1")
+            if lower not in _HOP:
+                headers.append((lower, v.decode("latin-1")))
 
         async def send() -> StoredResponse:
-            return await self._send(request.method, target, headers, body)
+            return await self._send(method, target, headers, body)
 
         if key is None:
             if self.settings.require_key:
                 return _error(428, "idempotency_key_required", "send an Idempotency-Key header")
             try:
-                return _response(await send(), replayed=None)
+                return _stored(await send(), replayed=None)
             except NotSent as exc:
                 return _error(502, "upstream_unreachable", f"{name!r} could not be reached: {exc}")
             except (aiohttp.ClientError, TimeoutError) as exc:
                 return _error(502, "upstream_error", f"{name!r}: {type(exc).__name__}: {exc}")
-        fp = fingerprint(request.method, f"/{rest}?{request.url.query}", body)
+        fp = fingerprint(method, f"/{rest}?{query}", body)
         try:
             reply = await self.once.call(name, key, fp, send)
         except GatewayRefusal as exc:
             # The header lets a worker's effect see, whatever its HTTP client, that a
             # retry cannot help: its run parks at the step (``semantics.unresolved``).
-            marked = {OUTCOME_HEADER: UNKNOWN} if isinstance(exc, OutcomeUnknown) else None
-            return JSONResponse(exc.body(), status_code=exc.status, headers=marked)
+            marked = [_OUTCOME_UNKNOWN] if isinstance(exc, OutcomeUnknown) else []
+            return _json(exc.status, exc.body(), marked)
         except BackendUnavailableError as exc:
             return _error(503, "ledger_unavailable", f"nothing was sent: {exc}", upstream=name)
         except PerdureError as exc:
@@ -187,7 +191,7 @@ class _Proxy:
                 idempotency_key=key,
                 status=stored.status,
             )
-        return _response(stored, replayed=reply.replayed)
+        return _stored(stored, replayed=reply.replayed)
 
     async def _send(
         self, method: str, url: str, headers: list[tuple[str, str]], body: bytes
@@ -214,33 +218,117 @@ class _Proxy:
         return StoredResponse(status, pairs, payload, len(payload))
 
 
-def _response(stored: StoredResponse, replayed: bool | None) -> Response:
-    response = Response(stored.body or b"", status_code=stored.status)
+def _stored(stored: StoredResponse, replayed: bool | None) -> _Answer:
+    body = stored.body or b""
     raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in stored.headers]
-    raw.append((b"content-length", str(len(stored.body or b"")).encode()))
+    raw.append((b"content-length", str(len(body)).encode()))
     if replayed:
         raw.append((b"idempotent-replayed", b"true"))
-    response.raw_headers = raw
-    return response
+    return stored.status, raw, body
 
 
-def create_app(settings: GatewaySettings, ledger: Ledger | None = None) -> Starlette:
+def _json(status: int, data: object, extra: Headers = ()) -> _Answer:
+    body = json.dumps(data).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    return status, [*headers, *extra], body
+
+
+def _error(http_status: int, code: str, message: str, **extra: object) -> _Answer:
+    return _json(http_status, {"error": code, "message": message, **extra})
+
+
+def create_app(settings: GatewaySettings, ledger: Ledger | None = None) -> GatewayApp:
     """The gateway as an ASGI app, to serve with uvicorn or mount in your own server."""
-    proxy = _Proxy(settings, ledger or open_ledger(settings.url))
+    return GatewayApp(_Proxy(settings, ledger or open_ledger(settings.url)))
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncGenerator[None]:
-        async with proxy.running():
-            yield
 
-    return Starlette(
-        routes=[
-            Route("/_perdure/status", proxy.status, methods=["GET"]),
-            Route(
-                "/{upstream}/{rest:path}",
-                proxy.handle,
-                methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
-            ),
-        ],
-        lifespan=lifespan,
-    )
+class GatewayApp:
+    """A plain ASGI app, not a framework's: two routes need no router, and per call
+    Starlette's middleware, request and response objects cost more CPU than the
+    gateway's own work. ``/_perdure/status`` (GET) and ``/NAME/rest`` (the methods
+    below); a ``lifespan`` scope opens and closes the ledger and the outbound client."""
+
+    def __init__(self, proxy: _Proxy) -> None:
+        self._proxy = proxy
+        self._running: contextlib.AbstractAsyncContextManager[None] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            try:
+                answer = await self._route(scope, receive)
+            except _CallerLeft:
+                return
+            await _answer(send, answer)
+
+    async def _route(self, scope: Scope, receive: Receive) -> _Answer:
+        raw_path: bytes | None = scope.get("raw_path")
+        path = raw_path.decode("latin-1") if raw_path else quote(scope["path"])
+        method: str = scope["method"]
+        if path == STATUS_PATH:
+            if method not in ("GET", "HEAD"):
+                return _not_allowed("GET, HEAD")
+            return self._proxy.status()
+        name, sep, rest = path[1:].partition("/")
+        if not sep or not name:
+            return _error(404, "not_found", f"no route {path!r}: use /NAME/rest/of/path")
+        if method not in _METHODS:
+            return _not_allowed(", ".join(_METHODS))
+        body = await _read_body(receive, self._proxy.settings.max_request)
+        if body is None:
+            limit = self._proxy.settings.max_request
+            return _error(413, "request_too_large", f"request body over {limit} bytes")
+        query = scope.get("query_string", b"").decode("latin-1")
+        return await self._proxy.handle(name, rest, query, method, scope["headers"], body)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._running = self._proxy.running()
+                try:
+                    await self._running.__aenter__()
+                except Exception as exc:
+                    self._running = None
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                running, self._running = self._running, None
+                if running is not None:
+                    await running.__aexit__(None, None, None)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+class _CallerLeft(Exception):
+    """The caller disconnected before its request was whole: nothing to answer."""
+
+
+def _not_allowed(allow: str) -> _Answer:
+    status, headers, body = _error(405, "method_not_allowed", f"allowed: {allow}")
+    return status, [*headers, (b"allow", allow.encode())], body
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The request body; None once it passes ``limit`` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _CallerLeft
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _answer(send: Send, answer: _Answer) -> None:
+    status, headers, body = answer
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

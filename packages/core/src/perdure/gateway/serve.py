@@ -54,5 +54,15 @@ def serve(app: object, sock: socket.socket, ready: Callable[[str], str]) -> None
                 sys.stdout.write(ready(address) + "\n")
                 sys.stdout.flush()
 
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")  # pyright: ignore[reportArgumentType]
+    # A proxy forwards the upstream's Date and Server headers; uvicorn's own would be
+    # duplicates. X-Forwarded-* is the upstream's to read, not this server's.
+    config = uvicorn.Config(
+        app,  # pyright: ignore[reportArgumentType]
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        proxy_headers=False,
+        server_header=False,
+        date_header=False,
+    )
     _Server(config).run(sockets=[sock])
