@@ -15,6 +15,7 @@ from gateway_support import first_line
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from perdure.semantics.unresolved import unresolved_outcome
 from perdure.testing import Processes, Receiver
 
 pytestmark = pytest.mark.perdure_only(
@@ -90,6 +91,7 @@ async def test_the_mcp_proxy_sends_a_side_effecting_call_once_per_key(
         with pytest.raises(MCPError) as refused:
             await client.call_tool("send_mail", {"to": "eve"}, meta=key)
         assert refused.value.data["error"] == "idempotency_key_reused"
+        assert unresolved_outcome(refused.value) is None  # refused, but no unknown outcome
         assert receiver.requests["mcp_mail"] == 2
 
     # `perdure audit`, listing the proxy live, says which tools it deduplicates.
@@ -132,4 +134,6 @@ async def test_the_mcp_proxy_sends_a_side_effecting_call_once_per_key(
             await client.call_tool("send_mail", {"to": "zed"}, meta={"idempotency-key": "mail-z"})
     assert unknown.value.data["error"] == "outcome_unknown"
     assert unknown.value.data["upstream"] == "mcp:mail"
+    # What the client raised parks a worker's effect at its step, as the HTTP 409 does.
+    assert "MCP proxy answered outcome_unknown" in (unresolved_outcome(unknown.value) or "")
     assert receiver.requests["mcp_mail"] == 3  # the lost call reached it once, never again

@@ -33,11 +33,13 @@ from perdure.gateway.ledger import Ledger, open_ledger
 from perdure.gateway.once import GatewayRefusal, Once
 from perdure.gateway.records import StoredResponse, fingerprint
 from perdure.gateway.upstreams import check_name
+from perdure.semantics.unresolved import MCP_REFUSED
 
 #: Where a caller puts the key: ``tools/call`` params ``_meta``.
 META_KEY = "idempotency-key"
-#: JSON-RPC error code of the proxy's own answers (application-defined range).
-REFUSED = -32050
+#: JSON-RPC error code of the proxy's own answers (application-defined range); a worker's
+#: effect that gets ``outcome_unknown`` under it parks (``semantics.unresolved``).
+REFUSED = MCP_REFUSED
 #: ``StoredResponse.status`` of a stored result, and of a stored upstream error.
 _RESULT, _ERROR = 200, 500
 

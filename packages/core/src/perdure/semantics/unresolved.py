@@ -7,10 +7,15 @@ effect sees that answer as whatever its HTTP client raises for a 409 (urllib's
 ``ClientResponseError``); each carries the status and headers under one of two
 spellings, read here without importing any client. Only that explicit answer counts:
 a bare 409 is the receiver's own business and is left to the retry policy.
+
+The gateway's MCP proxy gives the same answer as a JSON-RPC error (code
+``MCP_REFUSED``, ``data.error == "outcome_unknown"``), which the ``mcp`` client raises as
+an ``MCPError`` carrying ``.error.code`` and ``.error.data``: recognized by that shape.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from perdure.errors import OutcomeUnresolvedError
@@ -18,6 +23,9 @@ from perdure.errors import OutcomeUnresolvedError
 #: The header (and its value) on the gateway's ``409 outcome_unknown`` answers.
 OUTCOME_HEADER = "Perdure-Outcome"
 UNKNOWN = "unknown"
+#: The JSON-RPC error code of the MCP proxy's own answers, and its ``data.error``.
+MCP_REFUSED = -32050
+MCP_UNKNOWN = "outcome_unknown"
 
 
 def unresolved_outcome(exc: BaseException) -> str | None:
@@ -35,6 +43,13 @@ def unresolved_outcome(exc: BaseException) -> str | None:
                 "the gateway does not send it again. Check the receiver, run `perdure "
                 "gateway forget UPSTREAM KEY`, then reconcile this step"
             )
+        if _is_mcp_proxy_answer(current):
+            return (
+                "the idempotency gateway's MCP proxy answered outcome_unknown: an earlier "
+                "tools/call with this step's idempotency key may or may not have been "
+                "applied, and the proxy does not send it again. Check the upstream, run "
+                "`perdure gateway forget mcp:NAME KEY`, then reconcile this step"
+            )
         current = current.__cause__ or current.__context__
     return None
 
@@ -50,6 +65,18 @@ def _is_gateway_answer(exc: BaseException) -> bool:
     except Exception:
         return False
     return isinstance(value, str) and value.strip().lower() == UNKNOWN
+
+
+def _is_mcp_proxy_answer(exc: BaseException) -> bool:
+    try:  # as above: an error whose attributes raise is no answer
+        error: Any = getattr(exc, "error", None)
+        code, data = getattr(error, "code", None), getattr(error, "data", None)
+    except Exception:
+        return False
+    if code != MCP_REFUSED or not isinstance(data, Mapping):
+        return False
+    fields: Mapping[str, object] = data  # pyright: ignore[reportUnknownVariableType]
+    return fields.get("error") == MCP_UNKNOWN
 
 
 def _first(exc: BaseException, response: Any, names: tuple[str, ...]) -> Any:
