@@ -3,7 +3,9 @@
     uv run python -m benchmarks.gateway_overhead [--calls 300] [--repeat 5] [--json PATH]
 
 The upstream is the test suite's Receiver (``/plain``, a real HTTP server on loopback,
-in this process). ``perdure gateway serve`` runs in a child process on a fresh store
+in this process), in two kinds: HTTP/1.0, one connection per request (the direct call
+and the gateway each connect once per call), and HTTP/1.1 keep-alive, as most real
+services (neither connects). ``perdure gateway serve`` runs in a child process on a fresh store
 per column (SQLite, PostgreSQL). Each round makes ``calls`` calls of each kind, the
 kinds interleaved call by call so load drifts hit them alike: a direct POST to the
 upstream; the same POST through the gateway with a new ``Idempotency-Key`` (recorded,
@@ -97,8 +99,8 @@ def one_round(
     return times
 
 
-def measure(column: str, url: str, calls: int, repeat: int) -> list[Figure]:
-    with Receiver() as receiver:
+def measure(column: str, url: str, calls: int, repeat: int, keep_alive: bool) -> list[Figure]:
+    with Receiver(keep_alive=keep_alive) as receiver:
         proc, gw = start_gateway(url, receiver.url)
         try:
             rounds = []
@@ -122,15 +124,17 @@ def measure(column: str, url: str, calls: int, repeat: int) -> list[Figure]:
             proc.wait(30)
         # The receiver counts: the gateway sent each new key once, and no retry.
         assert receiver.requests["mail"] == 2 * calls * repeat, receiver.requests
+    upstream = "HTTP/1.1 keep-alive" if keep_alive else "HTTP/1.0, a connection per call"
+    column = f"{column}, {'keep-alive' if keep_alive else 'http1.0'} upstream"
     settings = (
         f"{calls} calls per kind per round, interleaved; upstream: Receiver /plain on "
-        f"loopback (stdlib HTTP/1.0 server); gateway: `perdure gateway serve` in a child "
+        f"loopback (stdlib server, {upstream}); gateway: `perdure gateway serve` in a child "
         f"process (uvicorn with httptools and uvloop; aiohttp to the upstream), ledger on "
         f"{column}; one keep-alive httpx client with TCP_NODELAY"
     )
     figures: list[Figure] = [
         Figure(
-            f"gateway.{column}.cpu",
+            f"gateway.{_slug(column)}.cpu",
             "tool gateway",
             f"gateway process CPU per call (forwarded and replayed calls averaged), {column}",
             "µs/call",
@@ -143,7 +147,7 @@ def measure(column: str, url: str, calls: int, repeat: int) -> list[Figure]:
         for kind, what in (("forwarded", "new key, forwarded"), ("replayed", "retry, from ledger")):
             figures.append(
                 Figure(
-                    f"gateway.{column}.{kind}.{label}",
+                    f"gateway.{_slug(column)}.{kind}.{label}",
                     "tool gateway",
                     f"call through the gateway ({what}), {column}, {label}",
                     "µs/call",
@@ -155,16 +159,20 @@ def measure(column: str, url: str, calls: int, repeat: int) -> list[Figure]:
             )
         figures.append(
             Figure(
-                f"gateway.{column}.overhead.{label}",
+                f"gateway.{_slug(column)}.overhead.{label}",
                 "tool gateway",
                 f"gateway overhead per call (new key: forwarded minus direct), {column}, {label}",
                 "µs/call",
                 [_pct(r["forwarded"], q) - _pct(r["direct"], q) for r in rounds],
                 settings=settings,
-                target=TARGET if column == "sqlite" and label == "p50" else None,
+                target=TARGET if column.startswith("sqlite") and label == "p50" else None,
             )
         )
     return figures
+
+
+def _slug(column: str) -> str:
+    return column.replace(", ", ".").replace(" upstream", "")
 
 
 def pg_url() -> tuple[str, str]:
@@ -178,19 +186,23 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--stores", default="sqlite,postgresql")
+    parser.add_argument("--upstreams", default="http1.0,keep-alive")
     add_json_argument(parser)
     ns = parser.parse_args()
     figures: list[Figure] = []
     load_start = os.getloadavg()
-    for column in ns.stores.split(","):
+    for column, kind in [(c, u) for c in ns.stores.split(",") for u in ns.upstreams.split(",")]:
+        if kind not in ("http1.0", "keep-alive"):
+            parser.error(f"--upstreams: unknown kind {kind!r}")
+        keep_alive = kind == "keep-alive"
         if column == "sqlite":
             with tempfile.TemporaryDirectory() as tmp:
                 url = f"sqlite:///{Path(tmp) / 'gateway.db'}"
-                figures += measure(column, url, ns.calls, ns.repeat)
+                figures += measure(column, url, ns.calls, ns.repeat, keep_alive)
         elif column == "postgresql":
             url, schema = pg_url()
             try:
-                figures += measure(column, url, ns.calls, ns.repeat)
+                figures += measure(column, url, ns.calls, ns.repeat, keep_alive)
             finally:
                 with psycopg.connect(PG_BASE, autocommit=True) as conn:
                     drop = psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE")

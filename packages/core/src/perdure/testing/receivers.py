@@ -48,7 +48,10 @@ class _Hold:
 class Receiver:
     """An HTTP receiver of effects with a ledger and hold points. Use as a context manager."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_alive: bool = False) -> None:
+        #: HTTP/1.1 with keep-alive, as most real services; else HTTP/1.0, one
+        #: connection per request (a client never finds a stale pooled connection).
+        self.keep_alive = keep_alive
         self._lock = threading.Lock()
         self.applied: Counter[str] = Counter()  # effects applied per endpoint name
         self.requests: Counter[str] = Counter()  # requests received per endpoint name
@@ -181,6 +184,11 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if receiver.keep_alive else "HTTP/1.0"
+            # Headers and body go out in two writes: on a kept-alive connection Nagle
+            # would hold the body until the client's delayed ACK (~40 ms).
+            disable_nagle_algorithm = receiver.keep_alive
+
             def do_POST(self) -> None:
                 parts = self.path.strip("/").split("/")
                 if len(parts) != 2 or parts[0] not in ("dedup", "plain", "flaky"):
