@@ -414,6 +414,8 @@ class TemporalBackend(Backend):
         start = {
             "run": run,
             "event": event,
+            # the memo and search attributes given to start_workflow below
+            "published": True,
             "config": {
                 "task_queue": cfg.task_queue,
                 "history_limit": cfg.history_limit,

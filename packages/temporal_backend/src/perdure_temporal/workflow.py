@@ -130,7 +130,14 @@ class PerdureRun:
 
     @workflow.run
     async def main(self, start: dict[str, Any]) -> dict[str, Any]:
-        self._publish()
+        if start.get("published"):
+            # The start (or continue-as-new) set this very memo and these search
+            # attributes: writing them again would cost two history events and two
+            # visibility writes per run, for nothing.
+            self._shown = (self.run["status"], bool(self.run["cancel_requested"]))
+            self._waits = (self.run["waiting_for"], self.run["wake_at"])
+        else:  # started before starts said so: replays as it ran
+            self._publish()
         while True:
             try:
                 if self.run["status"] in TERMINAL:
@@ -256,6 +263,7 @@ class PerdureRun:
             "run": self.run,
             "event": None,
             "config": self.config,
+            "published": True,  # continue_as_new is given the memo and search attributes
             "carried": {
                 "next_seq": self.next_seq,
                 "signals": [s for s in self.signals if not s["consumed"]],
