@@ -65,7 +65,12 @@ from perdure_temporal.faults import ride_out
 from perdure_temporal.history import read_history
 from perdure_temporal.payloads import PayloadStore, open_payloads
 from perdure_temporal.url import TemporalUrl, with_task_queue
-from perdure_temporal.worker import WorkflowWorker, drive_worker, replay_failure
+from perdure_temporal.worker import (
+    WorkflowWorker,
+    drive_worker,
+    replay_failure,
+    sticky_timeout,
+)
 from perdure_temporal.workflow import (
     APPROVAL_NOT_PENDING,
     INPUT_MEMO,
@@ -139,7 +144,9 @@ class TemporalBackend(Backend):
                 ) from exc
             workflows: WorkflowWorker | None = None
             if cfg.role != "drives":
-                workflows = WorkflowWorker(connect, cfg.task_queue)
+                workflows = WorkflowWorker(
+                    connect, cfg.task_queue, sticky_timeout(cfg.heartbeat_timeout)
+                )
                 await asyncio.to_thread(workflows.start)
             self._client = client
             self._workflows = workflows

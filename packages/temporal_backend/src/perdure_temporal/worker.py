@@ -19,9 +19,21 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from perdure_temporal.workflow import PerdureRun
 
-#: How long a workflow task waits on the sticky queue of the worker that last ran the
-#: workflow before any worker may take it: short, so a SIGKILLed worker costs little.
-STICKY_TIMEOUT = timedelta(seconds=1)
+#: The longest a workflow task waits on the sticky queue of the worker that last ran
+#: the workflow before any worker may take it (Temporal's SDK default).
+MAX_STICKY_TIMEOUT = 10.0
+
+
+def sticky_timeout(heartbeat_timeout: float) -> timedelta:
+    """How long a workflow task waits on the sticky queue of the worker that last ran
+    the workflow: half the drives' heartbeat timeout (1 to 10 s). A task that waits
+    longer goes to the task queue, and the worker that takes it replays the workflow
+    from its whole history: 1 s timed out tasks of a live worker that a loaded machine
+    kept busy. A SIGKILLed worker's runs wait out the heartbeat timeout anyway; their
+    next workflow task costs half of it again at most."""
+    return timedelta(seconds=min(max(heartbeat_timeout / 2, 1.0), MAX_STICKY_TIMEOUT))
+
+
 #: How long a stopping worker lets its drives finish the step in hand.
 DRAIN_TIMEOUT = timedelta(seconds=30)
 
@@ -29,9 +41,10 @@ DRAIN_TIMEOUT = timedelta(seconds=30)
 class WorkflowWorker:
     """A Temporal worker for ``perdure.run`` on one task queue, on its own thread."""
 
-    def __init__(self, connect: dict[str, Any], task_queue: str) -> None:
+    def __init__(self, connect: dict[str, Any], task_queue: str, sticky: timedelta) -> None:
         self.connect = connect
         self.task_queue = task_queue
+        self.sticky = sticky
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -74,7 +87,7 @@ class WorkflowWorker:
             # time only through workflow.now(): the sandbox would only cost each task
             # (under load, enough to time tasks out).
             workflow_runner=UnsandboxedWorkflowRunner(),
-            sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+            sticky_queue_schedule_to_start_timeout=self.sticky,
             max_concurrent_workflow_tasks=64,
         )
         async with worker:
@@ -103,7 +116,9 @@ def drive_worker(
         max_activities_per_second=rate,
         graceful_shutdown_timeout=DRAIN_TIMEOUT,
         # The SDK sends a heartbeat at most every 0.8x the timeout by default, which
-        # leaves a loaded worker a fifth of it: send one every quarter instead.
+        # leaves a loaded worker a fifth of it: send one every quarter instead. (Every
+        # half was tried: at load 17-24, 1,000 runs, drives' loops ran late enough for
+        # heartbeat timeouts, and each retried drive loaded the machine further.)
         max_heartbeat_throttle_interval=timedelta(seconds=heartbeat_timeout / 4),
     )
 
