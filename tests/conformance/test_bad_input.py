@@ -69,7 +69,7 @@ async def test_an_undecodable_signal_payload_is_refused_and_nothing_is_written(
     await perdure_backend.idle()
     before = await perdure_backend.history("r-payload")
     with pytest.raises(perdure.SerializationError, match="payload of signal"):
-        await perdure_backend.signal("r-payload", perdure.APPROVAL, {"when": object()})
+        await perdure_backend.signal("r-payload", perdure.APPROVAL, {"when": object()}, by="ops")
     assert await perdure_backend.history("r-payload") == before
     assert (await perdure_backend.get_run("r-payload")).status is RunStatus.SUSPENDED
 

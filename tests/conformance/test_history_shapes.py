@@ -96,4 +96,4 @@ async def test_a_signal_to_a_finished_run_raises_invalid_run_state(perdure_backe
     handle = await perdure_backend.start(ok_flow, (1,), {"label": "s"}, run_id="h-signal")
     await handle.result(timeout=120)
     with pytest.raises(InvalidRunStateError, match="h-signal"):
-        await perdure_backend.signal("h-signal", "approval", {"ok": True})
+        await perdure_backend.signal("h-signal", "approval", {"ok": True}, by="ops")

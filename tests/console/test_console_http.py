@@ -22,7 +22,6 @@ from console_support import (
 )
 from console_workflows import refund, transfer, two_sign_offs
 
-from perdure import operator
 from perdure.backend import Backend
 from perdure.console._throttle import LoginThrottle
 from perdure.records import EventKind, RunStatus
@@ -182,7 +181,7 @@ async def test_an_approval_from_a_stale_page_does_not_answer_the_next_request(
         token = CSRF.search(page.text)
         assert token and f'name="request" value="{first}"' in page.text
         # while the page is open, someone else approves the manager's request
-        await operator.answer(embedded, run_id, True, by="ops")
+        await embedded.approve(run_id, by="ops")
         # the embedded engine moves a run only while someone waits on it (or serves)
         driving = asyncio.ensure_future(embedded.wait(run_id, timeout=300))
         second = await wait_for_request(embedded, run_id, after=first, timeout=120)
@@ -197,7 +196,7 @@ async def test_an_approval_from_a_stale_page_does_not_answer_the_next_request(
     assert still.status is RunStatus.SUSPENDED and still.request_id == second
     received = [e for e in await embedded.history(run_id) if e.kind is EventKind.SIGNAL_RECEIVED]
     assert [e.data["sent_by"] for e in received] == ["ops"]
-    await operator.answer(embedded, run_id, False, request=second, by="ops")
+    await embedded.reject(run_id, second, by="ops")
     assert (await driving).result == "manager True, finance False"
 
 

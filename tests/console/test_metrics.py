@@ -17,7 +17,6 @@ import pytest
 from console_support import SCRAPE, ConsoleProcess, free_port
 from prometheus_client.parser import text_string_to_metric_families
 
-from perdure import operator
 from perdure.backend import Backend
 from perdure.records import Event, EventKind, RunStatus
 from perdure.testing import Patience
@@ -156,7 +155,7 @@ async def test_an_intent_parked_by_a_worker_is_counted_as_the_history_records(
         worker, worker_metrics = metrics_worker(procs, perdure_url)
         # "retry": the operator says the wire never went out; the worker sends it again,
         # its outcome is unknown again, and the run parks again, this time in the worker
-        await operator.reconcile(perdure_backend, run_id, "1:wire", "retry", by="ops")
+        await perdure_backend.reconcile(run_id, "1:wire", "retry", by="ops")
         events = await parked_again(perdure_backend, run_id, Patience(120), worker)
 
         drove = samples(scrape_when_up(worker_metrics, time.monotonic() + 30))

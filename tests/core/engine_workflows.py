@@ -558,3 +558,8 @@ async def fenced_swallow_flow() -> list[str]:
         first = "fallback"
     second = await after_fence()
     return [first, second]
+
+
+@perdure.workflow
+async def go_flow() -> Any:
+    return await perdure.wait_for_signal("go")

@@ -10,6 +10,7 @@ engine. Synchronisation is always by awaiting the engine (``handle.result()``,
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -391,7 +392,7 @@ async def test_reconciled_retry_calls_the_effect_once_with_the_same_key(
 ) -> None:
     await crashed_after_intent(store, ew.pay_flow, "recon-retry", "1:charge", (5,))
     assert (await backend.wait("recon-retry")).status is RunStatus.NEEDS_ATTENTION
-    await backend.reconcile("recon-retry", "1:charge", "retry")
+    await backend.reconcile("recon-retry", "1:charge", "retry", by="ops")
     assert await RunHandle(backend, "recon-retry").result() == {"paid": {"charged": 5}}
     assert CALLS["charge"] == 1
     assert SEEN["charge"] == ["recon-retry:1:charge"]
@@ -403,7 +404,9 @@ async def test_reconciled_failure_raises_step_failed_error_in_the_workflow(
 ) -> None:
     await crashed_after_intent(store, ew.pay_flow, "recon-fail", "1:charge", (5,))
     assert (await backend.wait("recon-fail")).status is RunStatus.NEEDS_ATTENTION
-    await backend.reconcile("recon-fail", "1:charge", "failed", message="card was not charged")
+    await backend.reconcile(
+        "recon-fail", "1:charge", "failed", message="card was not charged", by="ops"
+    )
     result = await RunHandle(backend, "recon-fail").result()
     assert result == {"failed": "1:charge", "type": "Reconciled", "message": "card was not charged"}
     assert CALLS["charge"] == 0
@@ -416,7 +419,7 @@ async def test_reconcile_of_a_step_that_is_not_parked_is_rejected(
     await crashed_after_intent(store, ew.pay_flow, "recon-wrong", "1:charge", (5,))
     await backend.wait("recon-wrong")
     with pytest.raises(InvalidRunStateError, match="2:other"):
-        await backend.reconcile("recon-wrong", "2:other", "retry")
+        await backend.reconcile("recon-wrong", "2:other", "retry", by="ops")
     with pytest.raises(InvalidRunStateError, match="reconcile"):
         await backend.resume("recon-wrong")  # resume would call the effect blindly
     assert (await backend.get_run("recon-wrong")).status is RunStatus.NEEDS_ATTENTION
@@ -507,14 +510,28 @@ async def test_wait_for_signal_timeout_suspends_then_raises_signal_timeout_error
     ]
 
 
+async def test_a_wait_begun_as_the_start_drive_suspends_lets_the_process_signal(
+    backend: Backend,
+) -> None:
+    """``wait`` used to find the start's drive, finished but not yet cleaned up, still
+    listed, and loop on it without ever yielding: nothing else in the process (here the
+    signal it waits for) ran again."""
+    handle = await backend.start(ew.go_flow, (), {}, run_id="wait-beside")
+    waited = asyncio.ensure_future(backend.wait("wait-beside", timeout=120))
+    await asyncio.sleep(0)  # one turn of the loop: the wait is under way
+    await handle.signal("go", "yes")
+    info = await waited
+    assert info.status is RunStatus.SUCCEEDED and info.result == "yes"
+
+
 async def test_signalling_an_unknown_or_finished_run_is_a_typed_error(
     backend: Backend,
 ) -> None:
     with pytest.raises(RunNotFoundError):
-        await backend.signal("nobody", "approval")
+        await backend.signal("nobody", "approval", by="ops")
     await (await backend.start(ew.arithmetic, (1, 2), {}, run_id="done")).result()
     with pytest.raises(InvalidRunStateError):
-        await backend.signal("done", "approval")
+        await backend.signal("done", "approval", by="ops")
 
 
 # -- durable sleep -----------------------------------------------------------------------

@@ -121,6 +121,8 @@ async def test_handle_approve_goes_through_the_authorizer_and_records_its_decisi
         await handle.approve(by="mallory")
     with pytest.raises(AuthorizationError, match="verbs scope"):
         await handle.approve(token=issue_token("bob", verbs=["reject"]))
+    with pytest.raises(AuthorizationError, match="verbs scope"):
+        await handle.cancel(token=issue_token("bob", verbs=["reject"]))
     assert (await handle.info()).request_id == info.request_id  # still pending
     answered = await handle.approve(token=issue_token("ann", verbs=["approve"]))
     assert answered == info.request_id
@@ -188,7 +190,7 @@ async def test_streaming_records_live_and_a_replay_does_not_repeat_events(
 
     async def approve_when_asked() -> None:
         await wait_for_status(perdure_backend, "r-stream", [RunStatus.SUSPENDED])
-        await perdure_backend.signal("r-stream", perdure.APPROVAL, {"approved": True})
+        await perdure_backend.signal("r-stream", perdure.APPROVAL, {"approved": True}, by="ann")
 
     approver = asyncio.ensure_future(approve_when_asked())
     seen: Counter[str] = Counter()

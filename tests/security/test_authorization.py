@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import perdure
-from perdure import EventKind, RunStatus, operator
+from perdure import EventKind, RunStatus
 from perdure.authorization import AuthenticationError, AuthorizationError
 from perdure.semantics import approvals
 from perdure.testing import Processes, wait_for_request
@@ -67,10 +67,10 @@ async def test_an_approval_needs_an_identity_and_records_the_decision(
     run = drive(perdure_backend, "auth-actor")
     request = await wait_for_request(perdure_backend, "auth-actor", timeout=120)
     with pytest.raises(AuthenticationError, match="identity is required"):
-        await operator.answer(perdure_backend, "auth-actor", True)
+        await perdure_backend.approve("auth-actor")
     assert (await perdure_backend.get_run("auth-actor")).request_id == request  # untouched
     monkeypatch.setenv("PERDURE_ACTOR", "ann")
-    await operator.answer(perdure_backend, "auth-actor", True, request=request)
+    await perdure_backend.approve("auth-actor", request)
     assert (await run)["approved"] is True
     (data,) = received(await perdure_backend.history("auth-actor"))
     assert data["sent_by"] == "ann"
@@ -90,10 +90,10 @@ async def test_resume_and_cancel_record_who_acted_and_the_decision(
     await wait_for_request(perdure_backend, "auth-cancel", timeout=120)
     approver = issue_token("ann", verbs=["approve"])
     with pytest.raises(AuthorizationError, match="verbs scope"):
-        await operator.cancel(perdure_backend, "auth-cancel", token=approver)
+        await perdure_backend.cancel("auth-cancel", token=approver)
     assert not (await perdure_backend.get_run("auth-cancel")).cancel_requested
-    await operator.resume(perdure_backend, "auth-cancel", token=issue_token("dave"))
-    await operator.cancel(perdure_backend, "auth-cancel", token=issue_token("carol"))
+    await perdure_backend.resume("auth-cancel", token=issue_token("dave"))
+    await perdure_backend.cancel("auth-cancel", token=issue_token("carol"))
     info = await perdure_backend.wait("auth-cancel", timeout=120)
     assert info.status is RunStatus.CANCELLED
     history = await perdure_backend.history("auth-cancel")
@@ -118,15 +118,15 @@ async def test_a_signed_token_is_verified_and_its_scope_decides(
     other_flow = issue_token("dee", workflows=["billing.*"])
     for token, scope in ((rejecter, "verbs"), (other_tool, "tools"), (other_flow, "workflows")):
         with pytest.raises(AuthorizationError, match=f"{scope} scope") as refused:
-            await operator.answer(perdure_backend, "auth-token", True, token=token)
+            await perdure_backend.approve("auth-token", token=token)
         assert token not in str(refused.value)
     with pytest.raises(AuthenticationError, match="requires a signed token"):
-        await operator.answer(perdure_backend, "auth-token", True, by="ann")
+        await perdure_backend.approve("auth-token", by="ann")
     alice = issue_token("alice", verbs=["approve"], workflows=["security.*"], tools=["refund"])
     with pytest.raises(AuthenticationError, match="not the token's subject"):
-        await operator.answer(perdure_backend, "auth-token", True, by="mallory", token=alice)
+        await perdure_backend.approve("auth-token", by="mallory", token=alice)
     assert (await perdure_backend.get_run("auth-token")).request_id == request  # untouched
-    await operator.answer(perdure_backend, "auth-token", True, token=alice)
+    await perdure_backend.approve("auth-token", token=alice)
     assert (await run)["approved"] is True
     (data,) = received(await perdure_backend.history("auth-token"))
     assert data["sent_by"] == "alice"
@@ -145,15 +145,58 @@ async def test_a_plain_signal_named_approval_is_authorized_as_an_approval(
     await wait_for_request(perdure_backend, "auth-signal", timeout=120)
     signaller = issue_token("sam", verbs=["signal"])
     with pytest.raises(AuthorizationError, match="may not approve"):
-        await operator.send(
-            perdure_backend, "auth-signal", perdure.APPROVAL, {"approved": True}, token=signaller
+        await perdure_backend.signal(
+            "auth-signal", perdure.APPROVAL, {"approved": True}, token=signaller
         )
     assert received(await perdure_backend.history("auth-signal")) == []
     approver = issue_token("ann", verbs=["approve"])
-    await operator.send(
-        perdure_backend, "auth-signal", perdure.APPROVAL, {"approved": True}, token=approver
+    await perdure_backend.signal(
+        "auth-signal", perdure.APPROVAL, {"approved": True}, token=approver
     )
     assert await run == {"approved": True}
+
+
+@perdure.workflow(name="security.noted_refund")
+async def noted_refund(order: str) -> Any:
+    note = await perdure.wait_for_signal("note")
+    answer = await perdure.wait_for_signal(
+        perdure.APPROVAL, details={"tool": "refund", "arguments": {"order": order}}
+    )
+    return {"note": note, "answer": answer}
+
+
+async def test_the_backend_and_handle_verbs_decide_through_the_authorizer(
+    perdure_backend: Any, token_authorizer: None
+) -> None:
+    """``backend.signal``, ``RunHandle.signal`` and ``RunHandle.cancel`` are operator
+    verbs too: refused without a token or outside its scope, recorded when allowed."""
+    handle = await perdure_backend.start(noted_refund, ("n-1",), {}, run_id="auth-direct")
+    driven = asyncio.ensure_future(perdure_backend.wait("auth-direct", timeout=300))
+    with pytest.raises(AuthenticationError, match="requires a signed token"):
+        await perdure_backend.signal("auth-direct", "note", "unsigned")
+    with pytest.raises(AuthenticationError, match="requires a signed token"):
+        await handle.signal("note", "unsigned")
+    with pytest.raises(AuthenticationError, match="requires a signed token"):
+        await handle.cancel()
+    signaller = issue_token("sam", verbs=["signal"])
+    with pytest.raises(perdure.InvalidInputError, match="perdure's own"):
+        await handle.signal("perdure:cancel", None, token=signaller)  # no forged cancel record
+    decision = await handle.signal("note", "ship it", token=signaller)
+    assert decision.actor == "sam" and decision.verified is True
+    await wait_for_request(perdure_backend, "auth-direct", timeout=120)
+    with pytest.raises(AuthorizationError, match="may not approve"):
+        await handle.signal(perdure.APPROVAL, {"approved": True}, token=signaller)
+    with pytest.raises(AuthorizationError, match="verbs scope"):
+        await handle.cancel(token=signaller)
+    assert not (await handle.info()).cancel_requested
+    await handle.cancel(token=issue_token("carol", verbs=["cancel"]))
+    assert (await driven).status is RunStatus.CANCELLED
+    history = await handle.history()
+    (note,) = received(history)
+    assert note["sent_by"] == "sam" and note["payload"] == "ship it"
+    assert note["decision"]["actor"] == "sam" and note["decision"]["verified"] is True
+    (cancelled,) = [e.data for e in history if e.kind is EventKind.CANCEL_REQUESTED]
+    assert cancelled["by"] == "carol" and cancelled["decision"]["verified"] is True
 
 
 def test_tokens_that_are_forged_tampered_or_expired_do_not_verify(

@@ -125,7 +125,7 @@ async def test_a_finished_run_is_read_from_its_closed_workflow(
         assert kinds[0] is perdure.EventKind.RUN_STARTED
         assert kinds[-1] is perdure.EventKind.RUN_SUCCEEDED
         with pytest.raises(perdure.InvalidRunStateError):
-            await other.signal("done", perdure.APPROVAL, {"ok": 2})
+            await other.signal("done", perdure.APPROVAL, {"ok": 2}, by="ann")
     finally:
         await other.close()
 
@@ -210,7 +210,7 @@ async def _prune_one(backend: Any, flows: Any, url: str, tmp_path: Path) -> None
     await backend.start(flows.long, (20,), {}, run_id="done")
     await backend.start(flows.waits, (), {}, run_id="waiting")
     await backend.idle()
-    await backend.signal("done", perdure.APPROVAL, {"approved": True})
+    await backend.signal("done", perdure.APPROVAL, {"approved": True}, by="ann")
     assert (await backend.wait("done", timeout=120)).status is RunStatus.SUCCEEDED
     history = await backend.history("done")
     config = TemporalUrl.parse(url)

@@ -9,7 +9,6 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from perdure import operator
 from perdure.authorization import Authorizer
 from perdure.backend import Backend, ReconcileOutcome, RunHandle
 from perdure.config import resolve_url
@@ -165,7 +164,7 @@ async def signal(
     """Deliver the signal ``name`` to a run, from any process, as ``by`` (or the
     ``token``'s subject) once the authorizer allows it (``perdure.authorization``)."""
     backend = await connect(url)
-    await operator.send(backend, run_id, name, payload, by=by, token=token, authorizer=authorizer)
+    await backend.signal(run_id, name, payload, by=by, token=token, authorizer=authorizer)
 
 
 async def approve(
@@ -184,7 +183,11 @@ async def approve(
     the run moved on. Without ``request``, the request pending now is approved; name it
     to approve what you saw. The caller is ``by`` (or ``PERDURE_ACTOR``), or the subject
     of a signed ``token``, as the authorizer in force decides."""
-    return await _answer(run_id, True, request, by, token, message, authorizer, url)
+    backend = await connect(url)
+    answer = await backend.approve(
+        run_id, request, message=message, by=by, token=token, authorizer=authorizer
+    )
+    return answer.request
 
 
 async def reject(
@@ -198,31 +201,11 @@ async def reject(
     url: str | None = None,
 ) -> str:
     """Reject approval request ``request`` of the run (as ``approve``)."""
-    return await _answer(run_id, False, request, by, token, message, authorizer, url)
-
-
-async def _answer(
-    run_id: str,
-    approved: bool,
-    request: str | None,
-    by: str | None,
-    token: str | None,
-    message: str | None,
-    authorizer: Authorizer | str | None,
-    url: str | None,
-) -> str:
     backend = await connect(url)
-    answered, _ = await operator.answer(
-        backend,
-        run_id,
-        approved,
-        request=request,
-        message=message,
-        by=by,
-        token=token,
-        authorizer=authorizer,
+    answer = await backend.reject(
+        run_id, request, message=message, by=by, token=token, authorizer=authorizer
     )
-    return answered
+    return answer.request
 
 
 async def cancel(
@@ -234,7 +217,7 @@ async def cancel(
     url: str | None = None,
 ) -> RunInfo:
     backend = await connect(url)
-    return await operator.cancel(backend, run_id, by=by, token=token, authorizer=authorizer)
+    return await backend.cancel(run_id, by=by, token=token, authorizer=authorizer)
 
 
 async def resume(
@@ -246,7 +229,7 @@ async def resume(
     url: str | None = None,
 ) -> RunInfo:
     backend = await connect(url)
-    return await operator.resume(backend, run_id, by=by, token=token, authorizer=authorizer)
+    return await backend.resume(run_id, by=by, token=token, authorizer=authorizer)
 
 
 async def reconcile(
@@ -262,8 +245,7 @@ async def reconcile(
     url: str | None = None,
 ) -> RunInfo:
     backend = await connect(url)
-    return await operator.reconcile(
-        backend,
+    return await backend.reconcile(
         run_id,
         step_key,
         outcome,

@@ -1,7 +1,8 @@
 """Who may approve, reject, signal, cancel, resume or reconcile which runs.
 
-Every operator action taken through perdure's API, CLI or console passes through one
-``Authorizer`` before it reaches the backend. The authorizer authenticates the caller
+Every operator action (``Backend.signal``/``approve``/``reject``/``cancel``/``resume``/
+``reconcile``, which the handles, the API, the CLI and the console call) passes through
+one ``Authorizer`` before the substrate acts. The authorizer authenticates the caller
 (from the identity or the token the caller presents) and decides on the ``Action``
 (which verb, which run, its workflow, the tool or step concerned); the ``Decision``,
 with the authenticated identity, is recorded in the run's history with the action.
@@ -10,9 +11,10 @@ The authorizer in force is configured like the URL: the ``authorizer=`` argument
 ``PERDURE_AUTHORIZER``, else ``[tool.perdure] authorizer``, else ``actor``:
 
 * ``actor`` (``ActorAuthorizer``): the identity is the one the caller names
-  (``--by``, ``by=``, else ``PERDURE_ACTOR``); it is required, never guessed from the
-  OS user; every action is allowed. It proves nothing about who the caller is: use it
-  where whoever can reach the CLI is trusted with the store anyway.
+  (``--by``, ``by=``, else ``PERDURE_ACTOR``); it is required to approve, reject or
+  reconcile, never guessed from the OS user; every action is allowed. It proves nothing
+  about who the caller is: use it where whoever can reach the CLI is trusted with the
+  store anyway.
 * ``token`` (``perdure.tokens.TokenAuthorizer``): the caller presents a token signed
   with the shared key (HMAC-SHA256); the identity is the token's subject, and the
   token's scope (verbs, workflow and tool patterns, runs) decides.
@@ -25,15 +27,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from perdure.config import setting
 from perdure.errors import ConfigurationError, PerdureError
 from perdure.records import RunInfo
 from perdure.validation import check_name
-
-if TYPE_CHECKING:
-    from perdure.backend import Backend
 
 __all__ = [
     "VERBS",
@@ -123,15 +122,19 @@ class Authorizer(Protocol):
         ...
 
 
-#: What ``ActorAuthorizer`` records for a cancel or resume nobody put a name to: those
-#: take no ``--by`` on the command line; a decision on a run's outcome always does.
+#: What ``ActorAuthorizer`` records for a signal, cancel or resume nobody put a name to
+#: (a LangGraph ``Command(resume=...)`` has no place for one); an approval, a rejection
+#: or a reconcile decides a run's outcome, and always needs a name.
 UNNAMED = "(unnamed)"
+
+#: The verbs that decide an outcome: the actor authorizer refuses them unnamed.
+NAMED_VERBS: frozenset[Verb] = frozenset({"approve", "reject", "reconcile"})
 
 
 def _actor(by: str | None, verb: Verb) -> str:
     actor = by or os.environ.get("PERDURE_ACTOR")
     if not actor:
-        if verb in ("cancel", "resume"):
+        if verb not in NAMED_VERBS:
             return UNNAMED
         raise AuthenticationError(
             f"an identity is required to {verb}: pass --by NAME (by= in the API) "
@@ -142,7 +145,8 @@ def _actor(by: str | None, verb: Verb) -> str:
 
 class ActorAuthorizer:
     """The default: the identity is the name the caller gives (required to approve,
-    reject, signal or reconcile); everything is allowed. The history records that the
+    reject or reconcile; ``(unnamed)`` is recorded for a signal, cancel or resume nobody
+    named); everything is allowed. The history records that the
     name was not verified."""
 
     name = "actor"
@@ -200,22 +204,20 @@ def action_for(verb: Verb, info: RunInfo, target: str | None = None) -> Action:
     return Action(verb=verb, run_id=info.run_id, workflow=info.workflow, tool=tool, target=target)
 
 
-async def authorize(
-    backend: Backend,
+def authorize(
     verb: Verb,
-    run_id: str,
+    info: RunInfo,
     *,
     target: str | None = None,
     by: str | None = None,
     token: str | None = None,
     authorizer: Authorizer | str | None = None,
-    info: RunInfo | None = None,
 ) -> Decision:
-    """Authenticate the caller and decide on ``verb`` of the run (read now, unless
-    ``info`` is the run just read); ``AuthorizationError`` when refused."""
-    info = info if info is not None else await backend.get_run(run_id)
+    """Authenticate the caller and decide on ``verb`` of the run as just read (``info``);
+    ``AuthorizationError`` when refused."""
     action = action_for(verb, info, target)
     decision = resolve_authorizer(authorizer).decide(action, by=by, token=token)
     if not decision.allowed:
         raise AuthorizationError(action, decision)
+    check_name(decision.actor, "identity")  # what history records, whoever decided
     return decision

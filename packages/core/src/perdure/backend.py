@@ -12,8 +12,9 @@ import inspect
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
+from perdure.authorization import Authorizer, Decision
 from perdure.errors import (
     ConfigurationError,
     DeterminismError,
@@ -22,22 +23,18 @@ from perdure.errors import (
     RunFailedError,
 )
 from perdure.masking import mask_url
+from perdure.operator import OperatorActions
+from perdure.operator import ReconcileOutcome as ReconcileOutcome  # re-exported
 from perdure.records import Event, RunInfo, RunStatus
 from perdure.serialization import from_jsonable
 from perdure.validation import check_name
 from perdure.workflow import Workflow
-
-ReconcileOutcome = Literal["succeeded", "failed", "retry"]
 
 #: The names each entry point takes from its caller, and how an error calls them.
 _NAMES: dict[str, dict[str, str]] = {
     "start": {"run_id": "run id", "parent_run_id": "parent run id"},
     "get_run": {"run_id": "run id"},
     "history": {"run_id": "run id"},
-    "signal": {"run_id": "run id", "name": "signal name", "by": "identity"},
-    "cancel": {"run_id": "run id"},
-    "resume": {"run_id": "run id"},
-    "reconcile": {"run_id": "run id", "step_key": "step key", "by": "identity"},
     "wait": {"run_id": "run id"},
 }
 
@@ -58,11 +55,14 @@ def _validating(fn: Callable[..., Any], names: dict[str, str]) -> Callable[..., 
     return checked
 
 
-class Backend(ABC):
+class Backend(OperatorActions, ABC):
     """A substrate that stores and drives durable runs.
 
     Every subclass's entry points check the names they are given (``perdure.validation``)
-    before running, so all backends accept and refuse the same run ids and names.
+    before running, so all backends accept and refuse the same run ids and names. The
+    operator verbs (``signal``, ``approve``, ``reject``, ``cancel``, ``resume``,
+    ``reconcile``) are ``OperatorActions``': each is authorized, then the subclass's
+    ``_signal``/``_cancel``/``_resume``/``_reconcile`` acts.
     """
 
     url: str
@@ -140,51 +140,6 @@ class Backend(ABC):
     @abstractmethod
     async def history(self, run_id: str) -> list[Event]:
         """The run's full history, oldest first."""
-
-    @abstractmethod
-    async def signal(
-        self,
-        run_id: str,
-        name: str,
-        payload: Any = None,
-        *,
-        by: str | None = None,
-        authorization: dict[str, Any] | None = None,
-    ) -> None:
-        """Deliver a signal; a run waiting for it resumes. An answer to an approval
-        request (``perdure.semantics.approvals``) is taken only while it is pending.
-        ``authorization`` (``Decision.record()``) is recorded with the signal."""
-
-    @abstractmethod
-    async def cancel(self, run_id: str) -> RunInfo:
-        """Request cancellation; completed steps with compensations are compensated."""
-
-    @abstractmethod
-    async def resume(
-        self,
-        run_id: str,
-        *,
-        by: str | None = None,
-        authorization: dict[str, Any] | None = None,
-    ) -> RunInfo:
-        """Make a suspended or parked run due again now (after a fix or a deploy).
-        ``by`` and ``authorization`` are recorded in the ``reconciled`` event."""
-
-    @abstractmethod
-    async def reconcile(
-        self,
-        run_id: str,
-        step_key: str,
-        outcome: ReconcileOutcome,
-        *,
-        result: Any = None,
-        message: str | None = None,
-        by: str | None = None,
-        authorization: dict[str, Any] | None = None,
-    ) -> RunInfo:
-        """Resolve a parked effect: it ``succeeded`` (with ``result``), ``failed``, or
-        should be tried again (``retry``). The run becomes due. ``authorization`` is
-        recorded in the ``reconciled`` event."""
 
     async def delete_finished(self, run_ids: Sequence[str]) -> list[str]:
         """Delete those of ``run_ids`` that are finished, with everything the backend
@@ -283,11 +238,29 @@ class RunHandle:
         info = await self.backend.wait(self.run_id, timeout=timeout)
         return outcome(info)
 
-    async def signal(self, name: str, payload: Any = None, *, by: str | None = None) -> None:
-        await self.backend.signal(self.run_id, name, payload, by=by)
+    async def signal(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        by: str | None = None,
+        token: str | None = None,
+        authorizer: Authorizer | str | None = None,
+    ) -> Decision:
+        """``Backend.signal`` of this run: authorized first, the decision recorded."""
+        return await self.backend.signal(
+            self.run_id, name, payload, by=by, token=token, authorizer=authorizer
+        )
 
-    async def cancel(self) -> RunInfo:
-        return await self.backend.cancel(self.run_id)
+    async def cancel(
+        self,
+        *,
+        by: str | None = None,
+        token: str | None = None,
+        authorizer: Authorizer | str | None = None,
+    ) -> RunInfo:
+        """``Backend.cancel`` of this run: authorized first, the decision recorded."""
+        return await self.backend.cancel(self.run_id, by=by, token=token, authorizer=authorizer)
 
     async def history(self) -> list[Event]:
         return await self.backend.history(self.run_id)

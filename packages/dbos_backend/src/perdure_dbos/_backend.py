@@ -552,7 +552,7 @@ class DbosBackend(Backend):
             notify()
         return RunHandle(self, run_id)
 
-    async def signal(
+    async def _signal(
         self,
         run_id: str,
         name: str,
@@ -583,7 +583,7 @@ class DbosBackend(Backend):
             await asyncio.to_thread(marks.deliver, run_id, name, data, by, authorization)
         await wake(run_id)
 
-    async def cancel(self, run_id: str) -> RunInfo:
+    async def _cancel(self, run_id: str) -> RunInfo:
         info = await self.get_run(run_id)
         guards.check_can_cancel(run_id, info.status)
         await asyncio.to_thread(runtime().marks.request_cancel, run_id)
@@ -601,7 +601,7 @@ class DbosBackend(Backend):
         await wake(run_id)
         return await self.get_run(run_id)
 
-    async def resume(
+    async def _resume(
         self,
         run_id: str,
         *,
@@ -611,7 +611,7 @@ class DbosBackend(Backend):
         guards.check_can_resume(await self.get_run(run_id))
         return await self._admin(run_id, events.resumed(by=by, authorization=authorization))
 
-    async def reconcile(
+    async def _reconcile(
         self,
         run_id: str,
         step_key: str,

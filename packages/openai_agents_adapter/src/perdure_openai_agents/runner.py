@@ -20,7 +20,7 @@ from agents.run_state import RunState
 from agents.stream_events import StreamEvent
 
 import perdure
-from perdure import Backend, ConfigurationError, RunHandle, RunInfo, RunStatus, operator
+from perdure import Backend, ConfigurationError, RunHandle, RunInfo, RunStatus
 from perdure.config import resolve_url
 from perdure.errors import (
     DeterminismError,
@@ -148,19 +148,14 @@ class DurableRunHandle:
         message: str | None,
         request: str | None,
     ) -> str:
-        answered, _ = await operator.answer(
-            self.backend,
-            self.run_id,
-            approved,
-            request=request,
-            message=message,
-            by=by,
-            token=token,
-        )
-        return answered
+        answer = self.backend.approve if approved else self.backend.reject
+        answered = await answer(self.run_id, request, message=message, by=by, token=token)
+        return answered.request
 
-    async def cancel(self) -> RunInfo:
-        return await self._handle.cancel()
+    async def cancel(self, *, by: str | None = None, token: str | None = None) -> RunInfo:
+        """Cancel the run, as ``perdure.cancel`` does: the ``Authorizer`` in force decides
+        and its decision is recorded."""
+        return await self._handle.cancel(by=by, token=token)
 
     async def result(self, *, timeout: float | None = None) -> DurableResult:
         """Wait for the run to end and return the SDK's result of it — rebuilt from its

@@ -606,7 +606,7 @@ class TemporalBackend(Backend):
             return exc
         return InvalidRunStateError(f"run {run_id!r} has ended ({info.status.value})")
 
-    async def signal(
+    async def _signal(
         self,
         run_id: str,
         name: str,
@@ -630,12 +630,12 @@ class TemporalBackend(Backend):
         }
         await self._update(run_id, "deliver", arg)
 
-    async def cancel(self, run_id: str) -> RunInfo:
+    async def _cancel(self, run_id: str) -> RunInfo:
         await self.open()
         run = await self._update(run_id, "request_cancel", {"now": time.time()})
         return await self.values.info(run)
 
-    async def resume(
+    async def _resume(
         self,
         run_id: str,
         *,
@@ -647,7 +647,7 @@ class TemporalBackend(Backend):
         resumed = events.resumed(by=by, authorization=authorization)
         return await self._admin_append(run_id, [resumed], expect=guards.RESUMABLE)
 
-    async def reconcile(
+    async def _reconcile(
         self,
         run_id: str,
         step_key: str,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from perdure import operator
 from perdure.backend import ReconcileOutcome
 from perdure.cli.common import UsageProblem, connected, out, parse_json
 from perdure.cli.render import run_summary
@@ -49,7 +48,7 @@ async def send_signal(
 ) -> None:
     payload = parse_json("--data", data)
     async with connected(url) as backend:
-        decision = await operator.send(backend, run_id, name, payload, by=by, token=token)
+        decision = await backend.signal(run_id, name, payload, by=by, token=token)
         hint = _hint(await backend.get_run(run_id), name)
     _say(f"sent signal {name!r} to run {run_id} as {decision.actor}; {hint}")
 
@@ -69,26 +68,18 @@ async def decide(
         info = await backend.get_run(run_id)
         if request is None and info.request_id is not None:
             _say(f"run {run_id} {run_summary(info, info.attention)}")
-        request, decision = await operator.answer(
-            backend,
-            run_id,
-            approved,
-            request=request,
-            message=message,
-            by=by,
-            token=token,
-            info=info,
-        )
+        answer = backend.approve if approved else backend.reject
+        answered = await answer(run_id, request, message=message, by=by, token=token, info=info)
         hint = _hint(await backend.get_run(run_id), APPROVAL)
     verb = "approved" if approved else "rejected"
-    _say(f"{verb} request {request} of run {run_id} as {decision.actor}; {hint}")
+    _say(f"{verb} request {answered.request} of run {run_id} as {answered.decision.actor}; {hint}")
 
 
 async def resume(
     url: str | None, run_id: str, by: str | None = None, token: str | None = None
 ) -> None:
     async with connected(url) as backend:
-        info = await operator.resume(backend, run_id, by=by, token=token)
+        info = await backend.resume(run_id, by=by, token=token)
     _say(f"resumed: {_next(info)}")
 
 
@@ -96,7 +87,7 @@ async def cancel(
     url: str | None, run_id: str, by: str | None = None, token: str | None = None
 ) -> None:
     async with connected(url) as backend:
-        info = await operator.cancel(backend, run_id, by=by, token=token)
+        info = await backend.cancel(run_id, by=by, token=token)
     if info.status.terminal:
         _say(f"cancelled: {_next(info)}")
     else:
@@ -141,8 +132,8 @@ async def reconcile(
 ) -> None:
     value = parse_json("--result", result)
     async with connected(url) as backend:
-        info = await operator.reconcile(
-            backend, run_id, step, outcome, result=value, message=message, by=by, token=token
+        info = await backend.reconcile(
+            run_id, step, outcome, result=value, message=message, by=by, token=token
         )
         actor = _reconciled_by(await backend.history(run_id), step)
     _say(

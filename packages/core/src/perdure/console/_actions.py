@@ -1,5 +1,5 @@
-"""What an operator can do to a run from the console: the same ``perdure.operator``
-calls as the CLI, each one authorized first and recorded with the operator as ``by``."""
+"""What an operator can do to a run from the console: the same authorized backend verbs
+(``perdure.operator``) as the CLI, each recorded with the operator as ``by``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from perdure import operator as operations
 from perdure.backend import Backend, ReconcileOutcome
 from perdure.errors import PerdureError
 from perdure.records import RunInfo
@@ -92,19 +91,18 @@ async def perform(
 ) -> str:
     """Authorize, then do ``action`` as ``operator``; what happened, in one sentence.
 
-    ``authorize`` is the console's own check; every action then goes through
-    ``perdure.operator`` with the operator's login as the identity (and the signed
+    ``authorize`` is the console's own check; every action then goes through the
+    backend's authorized verbs with the operator's login as the identity (and the signed
     ``token`` the operator logged in with, if any), so the core ``Authorizer`` in force
     decides too and its decision is recorded in history."""
     run = await backend.get_run(action.run_id)
     await authorize(operator, action, run)
     if action.name in ("approve", "reject"):
         approved = action.name == "approve"
-        await operations.answer(
-            backend,
+        answer = backend.approve if approved else backend.reject
+        await answer(
             action.run_id,
-            approved,
-            request=action.request,
+            action.request,
             message=action.message,
             by=operator,
             token=token,
@@ -112,14 +110,13 @@ async def perform(
         )
         return f"{'approved' if approved else 'rejected'} as {operator}"
     if action.name == "cancel":
-        info = await operations.cancel(backend, action.run_id, by=operator, token=token)
+        info = await backend.cancel(action.run_id, by=operator, token=token)
         return "cancelled" if info.status.terminal else "cancel requested"
     if action.name == "resume":
-        await operations.resume(backend, action.run_id, by=operator, token=token)
+        await backend.resume(action.run_id, by=operator, token=token)
         return "resumed: the run is due and its worker picks it up"
     assert action.step_key is not None and action.outcome is not None
-    await operations.reconcile(
-        backend,
+    await backend.reconcile(
         action.run_id,
         action.step_key,
         action.outcome,

@@ -194,7 +194,10 @@ class EmbeddedBackend(Backend):
     async def _try_take(self, info: RunInfo) -> asyncio.Task[RunStatus | None] | None:
         """Drive ``info``'s run here if it is due, its workflow is known and we win it."""
         if info.run_id in self._drives:
-            return self._drives[info.run_id]
+            # A drive that has just finished is still listed until ``_drive_done`` runs;
+            # handing it back would make ``wait`` loop on it without ever yielding.
+            task = self._drives[info.run_id]
+            return None if task.done() else task
         if self.draining.is_set():
             return None
         try:
@@ -258,7 +261,7 @@ class EmbeddedBackend(Backend):
         await self.open()
         return await self.store.load_history(run_id)
 
-    async def signal(
+    async def _signal(
         self,
         run_id: str,
         name: str,
@@ -274,13 +277,13 @@ class EmbeddedBackend(Backend):
         )
         await self._notify()
 
-    async def cancel(self, run_id: str) -> RunInfo:
+    async def _cancel(self, run_id: str) -> RunInfo:
         await self.open()
         info = await self.store.request_cancel(run_id, now=time.time())
         await self._notify()
         return info
 
-    async def resume(
+    async def _resume(
         self,
         run_id: str,
         *,
@@ -299,7 +302,7 @@ class EmbeddedBackend(Backend):
         await self._notify()
         return info
 
-    async def reconcile(
+    async def _reconcile(
         self,
         run_id: str,
         step_key: str,

@@ -238,7 +238,7 @@ class DriveContext:
 
     async def record_cancel_request(self) -> None:
         """Record who cancelled the run and the authorizer's decision, when an operator's
-        cancel left them in the inbox (``perdure.operator.cancel``); once."""
+        cancel left them in the inbox (``Backend.cancel``, ``perdure.operator``); once."""
         sig = await self._next_signal(ev.CANCEL_RECORD)
         if sig is not None:
             await self.write(ev.cancel_requested(sig), consume_signal=sig.signal_id)

@@ -234,9 +234,10 @@ def resumed(*, by: str | None = None, authorization: dict[str, Any] | None = Non
     return NewEvent(EventKind.RECONCILED, data=data)
 
 
-#: The inbox name under which ``perdure.operator.cancel`` delivers who cancelled and the
-#: ``Authorizer``'s decision; the drive records it when it starts cancelling (the
-#: cancel itself is a flag every backend keeps apart from the history).
+#: The inbox name under which ``Backend.cancel`` (``perdure.operator``) delivers who
+#: cancelled and the ``Authorizer``'s decision; the drive records it when it starts
+#: cancelling (the cancel itself is a flag every backend keeps apart from the history).
+#: No caller may send it: ``signal`` refuses names starting ``perdure:``.
 CANCEL_RECORD = "perdure:cancel"
 
 
