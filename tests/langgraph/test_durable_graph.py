@@ -3,6 +3,7 @@ perdure run, effects inside nodes are journaled under task keys, interrupts susp
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,6 +13,7 @@ from langgraph.types import Command
 
 import perdure
 from perdure import ConfigurationError, EventKind, RunStatus
+from perdure.authorization import AuthenticationError
 from perdure.testing import Receiver
 from perdure_langgraph.durable import WORKFLOW_NAME, DurableGraph, durable
 
@@ -31,8 +33,9 @@ async def env(
         await perdure.shutdown()
 
 
-def cfg(thread: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread}}
+def cfg(thread: str, **extra: Any) -> dict[str, Any]:
+    """The thread's config; its answers (``Command(resume=...)``) are given as ``ops``."""
+    return {"configurable": {"thread_id": thread, "perdure_by": "ops", **extra}}
 
 
 def completed(history: list[Any]) -> list[str]:
@@ -69,7 +72,10 @@ async def test_refund_graph_equals_the_plain_graph_and_is_a_run(
     assert receiver.applied["charge-H"] == 1
 
 
-async def test_interrupt_suspends_and_command_resume_finishes(env: str, receiver: Receiver) -> None:
+async def test_interrupt_suspends_and_command_resume_finishes(
+    env: str, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PERDURE_ACTOR", raising=False)
     out = await sc.review_graph.ainvoke({"order": "I", "log": []}, cfg("t-review"))
     assert [i.value["tool"] for i in out["__interrupt__"]] == ["refund"]
     info = await perdure.get_run("t-review#1")
@@ -78,6 +84,10 @@ async def test_interrupt_suspends_and_command_resume_finishes(env: str, receiver
     assert info.attention["tool"] == "refund"
     assert info.attention["interrupts"][0]["id"] == out["__interrupt__"][0].id
 
+    # An answer through invoke is an approval like any other: it needs an identity.
+    unnamed = {"configurable": {"thread_id": "t-review"}}
+    with pytest.raises(AuthenticationError, match="identity is required to approve"):
+        await sc.review_graph.ainvoke(Command(resume={"approved": True}), unnamed)
     done = await sc.review_graph.ainvoke(Command(resume={"approved": True}), cfg("t-review"))
     assert done["log"] == [
         "lookup I",
@@ -90,6 +100,8 @@ async def test_interrupt_suspends_and_command_resume_finishes(env: str, receiver
     history = await perdure.history("t-review#1")
     received = [e for e in history if e.kind is EventKind.SIGNAL_RECEIVED]
     assert len(received) == 1 and received[0].data["payload"] == {"approved": True}
+    assert received[0].data["sent_by"] == "ops"
+    assert "perdure_by" not in json.dumps(info.input)  # who answers is not the turn's input
 
 
 async def test_reject_from_the_api_ends_without_charging(env: str, receiver: Receiver) -> None:
@@ -158,7 +170,7 @@ async def test_several_interrupts_are_answered_by_id_and_in_turn(
     assert receiver.applied["charge-Q"] == 1  # ask_twice re-ran; its effect ran once
     history = await perdure.history("t-q#1")
     senders = [e.data["sent_by"] for e in history if e.kind is EventKind.SIGNAL_RECEIVED]
-    assert senders == [None, "dora", "erin", None]
+    assert senders == ["ops", "dora", "erin", "ops"]  # invoke answers as perdure_by
 
 
 async def test_astream_forwards_chunks_and_sync_invoke_works_in_a_running_loop(

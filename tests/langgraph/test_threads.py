@@ -37,7 +37,8 @@ async def env(
 
 
 def cfg(thread: str, **extra: Any) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread, **extra}}
+    """The thread's config; its answers (``Command(resume=...)``) are given as ``ops``."""
+    return {"configurable": {"thread_id": thread, "perdure_by": "ops", **extra}}
 
 
 def said(out: dict[str, Any]) -> list[str]:

@@ -27,6 +27,10 @@
   name; an interrupt whose value is a dict with a str ``"signal"`` key names its own).
   ``perdure approve``/``reject``/``signal``, ``Command(resume=...)`` or (at a breakpoint)
   ``invoke(None, cfg)`` answer it; a rejected breakpoint ends the turn before the node.
+  An answer from ``invoke`` is an operator's answer like the others: the ``Authorizer``
+  in force decides, with the identity in ``configurable["perdure_by"]`` (or
+  ``PERDURE_ACTOR``) or the signed token in ``configurable["perdure_token"]`` (or
+  ``PERDURE_TOKEN``); neither is stored.
 """
 
 from __future__ import annotations
@@ -76,6 +80,9 @@ __all__ = ["TURN_KEY", "WORKFLOW_NAME", "DurableGraph", "durable", "turn_run_id"
 WORKFLOW_NAME = "langgraph.thread"
 #: Checkpoint metadata (and ``configurable``) key holding the turn number.
 TURN_KEY = "perdure_turn"
+#: ``configurable`` keys naming who answers (``by``) or the token they present.
+BY_KEY = "perdure_by"
+TOKEN_KEY = "perdure_token"
 #: Marks the configs of a durable drive (value: the turn's run id); LangGraph passes it
 #: down to every task.
 _MARK = "__perdure_thread__"
@@ -393,7 +400,7 @@ class DurableGraph:
                 )
             if call.turn <= last:
                 if resume:
-                    await self._answer(backend, serde, turn_run_id(thread, call.turn), input)
+                    await self._answer(backend, serde, turn_run_id(thread, call.turn), input, call)
                 return turn_run_id(thread, call.turn)
         if resume:
             if info is None:
@@ -401,13 +408,19 @@ class DurableGraph:
                     f"thread {thread!r} has no turn waiting for an answer; "
                     "Command(resume=...) has nothing to resume"
                 )
-            await self._answer(backend, serde, info.run_id, input)
+            await self._answer(backend, serde, info.run_id, input, call)
             return info.run_id
         moving = info is not None and not info.status.terminal
         if input is None and call.checkpoint_id is None:
             if info is not None and moving:
                 if _at_breakpoint(info):  # LangGraph continues past a breakpoint
-                    await backend.signal(info.run_id, info.waiting_for or self.signal, None)
+                    await backend.signal(
+                        info.run_id,
+                        info.waiting_for or self.signal,
+                        None,
+                        by=call.by,
+                        token=call.token,
+                    )
                 return info.run_id
             snap = await graph.aget_state(_thread_config(thread))
             if not snap.next:
@@ -445,7 +458,12 @@ class DurableGraph:
         return run_id
 
     async def _answer(
-        self, backend: Backend, serde: SerializerProtocol, run_id: str, command: Command[Any]
+        self,
+        backend: Backend,
+        serde: SerializerProtocol,
+        run_id: str,
+        command: Command[Any],
+        call: _Call,
     ) -> None:
         info = await backend.get_run(run_id)
         if info.status is not RunStatus.SUSPENDED or info.waiting_for is None:
@@ -454,7 +472,7 @@ class DurableGraph:
                 "Command(resume=...) has nothing to resume"
             )
         payload = _encode_payload(serde, command.resume)
-        await backend.signal(run_id, info.waiting_for, payload)
+        await backend.signal(run_id, info.waiting_for, payload, by=call.by, token=call.token)
 
     async def _finish(self, backend: Backend, graph: Pregel, run_id: str, local: _Local) -> Any:
         _LOCAL.setdefault(run_id, local)
@@ -507,6 +525,9 @@ class _Call:
     spec_config: dict[str, Any]
     run_options: dict[str, Any]
     output_options: dict[str, Any]
+    #: Who answers an interrupt or a breakpoint through this call (never stored).
+    by: str | None = None
+    token: str | None = None
 
     @classmethod
     def parse(cls, config: RunnableConfig | None, kwargs: dict[str, Any]) -> _Call:
@@ -530,6 +551,7 @@ class _Call:
         if turn is not None and (not isinstance(turn, int) or isinstance(turn, bool)):
             raise ConfigurationError(f"configurable[{TURN_KEY!r}] must be an int, not {turn!r}")
         conf.pop("checkpoint_ns", None)
+        by, token = conf.pop(BY_KEY, None), conf.pop(TOKEN_KEY, None)
         checkpoint_id = conf.get("checkpoint_id")
         kept = {k: v for k, v in conf.items() if not k.startswith("__")}
         spec: dict[str, Any] = {"configurable": kept}
@@ -551,6 +573,8 @@ class _Call:
             spec,
             run_options,
             output_options,
+            None if by is None else str(by),
+            None if token is None else str(token),
         )
 
 
