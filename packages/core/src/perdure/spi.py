@@ -39,8 +39,11 @@ does. Such a backend maps a run to the substrate's own unit of work and, inside 
 calls the shared semantics: ``drive(journal, workflow, stored_input, history)`` with a
 ``Journal`` whose ``append`` makes records durable in the substrate's way, and drives
 the run again when the substrate says it is due (see ``perdure.semantics`` for exactly
-when). It guards operator calls with ``guards`` and builds their records with
-``events``, so every backend keeps the same history and raises the same errors. The
+when). It implements the acting half of the operator verbs (``_signal``, ``_cancel``,
+``_resume``, ``_reconcile``; ``Backend``'s public ``signal``/``approve``/``cancel``/...
+ask the ``Authorizer`` first and pass its decision down), guards them with ``guards``
+and builds their records with ``events``, so every backend keeps the same history and
+raises the same errors. The
 conformance suite (``perdure.testing``'s ``perdure_backend`` fixture, columns chosen by
 ``PERDURE_TEST_STORES``) proves it.
 """
