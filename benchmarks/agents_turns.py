@@ -24,7 +24,7 @@ import psycopg
 from agents import Agent, Runner, function_tool
 
 from benchmarks._results import Figure, add_json_argument, write_json
-from perdure.registry import open_backend
+from perdure._registry import open_backend
 from perdure_openai_agents import DurableRunner
 from perdure_openai_agents.testing import Conversation, ConversationModel, Reply, tool_call
 

@@ -28,8 +28,8 @@ import psycopg
 
 from benchmarks import bench_workflows
 from benchmarks._results import Figure, Target, add_json_argument, write_json
-from perdure.engine.backend import EmbeddedBackend
-from perdure.registry import open_backend
+from perdure._engine.backend import EmbeddedBackend
+from perdure._registry import open_backend
 
 #: Seconds a full run may take here (python -m benchmarks kills it at twice that).
 BENCH_BUDGET_SECONDS = 180

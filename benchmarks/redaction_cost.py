@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from perdure import redaction
-from perdure.serialization import to_jsonable
+from perdure import _redaction as redaction
+from perdure._serialization import to_jsonable
 
 SHAPES: dict[str, Any] = {
     "tool arguments (8 keys)": {

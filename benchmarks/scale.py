@@ -57,7 +57,7 @@ def _maxrss_mb() -> float:
 async def child_concurrency(url: str, runs: int, steps: int, latency: float) -> dict[str, Any]:
     """One concurrency point, in this (fresh) process."""
     from benchmarks import bench_workflows
-    from perdure.registry import open_backend
+    from perdure._registry import open_backend
 
     backend = open_backend(url)
     await backend.open()
@@ -90,7 +90,7 @@ async def child_concurrency(url: str, runs: int, steps: int, latency: float) -> 
 async def child_history(url: str, n: int) -> dict[str, Any]:
     """One history-length point, in this (fresh) process."""
     from benchmarks import bench_workflows
-    from perdure.registry import open_backend
+    from perdure._registry import open_backend
 
     backend = open_backend(url)
     await backend.open()

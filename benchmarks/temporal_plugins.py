@@ -65,7 +65,7 @@ import perdure
 from benchmarks import agent_script
 from benchmarks._results import Figure, add_json_argument, write_json
 from benchmarks._table import print_table
-from perdure.registry import open_backend
+from perdure._registry import open_backend
 from perdure_langgraph import durable, turn_run_id
 from perdure_openai_agents import DurableRunner
 from perdure_temporal.devserver import DevServer

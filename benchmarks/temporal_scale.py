@@ -53,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from benchmarks import bench_workflows
     from benchmarks._results import Figure, Target, add_json_argument, write_json
     from perdure import RunStatus
-    from perdure.registry import open_backend
+    from perdure._registry import open_backend
     from perdure_temporal.devserver import DevServer
     from perdure_temporal.faults import ride_out
     from perdure_temporal.workflow import TASK_TIMEOUT

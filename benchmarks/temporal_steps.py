@@ -51,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from benchmarks import bench_workflows
     from benchmarks._results import Figure, Target, add_json_argument, write_json
     from benchmarks._table import print_table
-    from perdure.registry import open_backend
+    from perdure._registry import open_backend
     from perdure_openai_agents import DurableRunner
     from perdure_openai_agents.testing import Conversation, ConversationModel, Reply, tool_call
     from perdure_temporal.devserver import DevServer

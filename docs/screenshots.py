@@ -18,7 +18,7 @@ import console_workflows as w  # noqa: E402
 from chromium_launch import chromium  # noqa: E402
 from console_support import SECRET, console_in_loop  # noqa: E402
 
-from perdure.registry import open_backend  # noqa: E402
+from perdure._registry import open_backend  # noqa: E402
 
 
 async def seed(url: str) -> None:

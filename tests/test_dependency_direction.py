@@ -53,3 +53,61 @@ def test_package_imports_only_what_it_depends_on(package: str) -> None:
         for name in _imported(path) & forbidden
     }
     assert not found, "\n".join(sorted(found))
+
+
+#: The modules of core an adapter or a backend may import: the application's surface, the
+#: SPI (the contract for their authors) and the public test kit. The rest is private.
+CORE_CONTRACT = ("perdure", "perdure.spi", "perdure.testing")
+
+
+def _core_imports_outside_contract(source: str, filename: str) -> list[str]:
+    """``file:line imports perdure.<x>`` for each import of core that is not in the
+    contract, including ``from perdure import _x`` (a private module by another spelling)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "perdure":
+            # 'from perdure import RunStatus' takes a public name; '_x' is a private module
+            modules = [f"perdure.{alias.name}" for alias in node.names if alias.name[0] == "_"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module]
+        else:
+            continue
+        found += [
+            f"{filename}:{node.lineno} imports {module}"
+            for module in modules
+            if module.split(".")[0] == "perdure" and not _in_contract(module)
+        ]
+    return found
+
+
+def _in_contract(module: str) -> bool:
+    return module in CORE_CONTRACT or module.startswith("perdure.testing.")
+
+
+@pytest.mark.parametrize("package", sorted(name for name in PACKAGES if name != "perdure"))
+def test_adapters_and_backends_import_only_the_core_contract(package: str) -> None:
+    found = [
+        line
+        for path in sorted(PACKAGES[package].rglob("*.py"))
+        for line in _core_imports_outside_contract(
+            path.read_text(encoding="utf-8"), str(path.relative_to(ROOT))
+        )
+    ]
+    assert not found, "import these from perdure.spi instead:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "from perdure._errors import ConfigurationError",
+        "import perdure._engine.owners",
+        "from perdure import _operator as operator",
+        "from perdure._stores import sqlite",
+    ],
+)
+def test_the_contract_check_names_a_private_import(line: str) -> None:
+    source = f"import perdure\nfrom perdure.spi import StepSpec\n\ndef f():\n    {line}\n"
+    found = _core_imports_outside_contract(source, "perdure_x/mod.py")
+    assert len(found) == 1 and found[0].startswith("perdure_x/mod.py:5 imports perdure.")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from perdure.cli import app
+from perdure._cli import app
 
 HERE = Path(__file__).parent
 AGENTS = str(HERE / "audit_agents.py")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import perdure
-from perdure.errors import OutcomeUnknownError
+from perdure._errors import OutcomeUnknownError
 
 
 def _greeting(name: str) -> str:

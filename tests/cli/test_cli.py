@@ -13,12 +13,12 @@ import cli_workflows
 import pytest
 from typer.testing import CliRunner
 
-from perdure.cli import app
-from perdure.cli.render import run_summary, runs_table
-from perdure.records import Event, EventKind, RunInfo, RunStatus
-from perdure.registry import open_backend
-from perdure.semantics import approvals
-from perdure.workflow import Workflow
+from perdure._cli import app
+from perdure._cli.render import run_summary, runs_table
+from perdure._records import Event, EventKind, RunInfo, RunStatus
+from perdure._registry import open_backend
+from perdure._semantics import approvals
+from perdure._workflow import Workflow
 
 ENV = {"COLUMNS": "250", "PERDURE_DEBUG": "", "NO_COLOR": "1"}
 
@@ -411,7 +411,7 @@ def test_pending_approval_details_are_shown() -> None:
     """An adapter's suspension may say what is pending (a tool call awaiting approval)."""
     from rich.console import Console
 
-    from perdure.cli.render import history_table, pending_details
+    from perdure._cli.render import history_table, pending_details
 
     info = RunInfo(
         "r1",

@@ -9,7 +9,7 @@ import pytest
 
 import perdure
 from perdure import EventKind, RunStatus
-from perdure.registry import open_backend
+from perdure._registry import open_backend
 from perdure.testing import Processes, Receiver
 
 

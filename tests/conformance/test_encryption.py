@@ -18,8 +18,9 @@ import httpx
 import pytest
 
 import perdure
-from perdure import RunStatus, SerializationError, encryption
-from perdure.console import ConsoleSettings, create_app
+from perdure import RunStatus, SerializationError
+from perdure import _encryption as encryption
+from perdure._console import ConsoleSettings, create_app
 from perdure.testing import Processes
 
 SECRETS = ("SECRET-INPUT-4711", "SECRET-RESULT-4712", "SECRET-SIGNAL-4713")
@@ -88,7 +89,7 @@ async def test_what_a_run_records_is_sealed_and_opens_only_with_the_key(
     await perdure_backend.signal("enc-1", "go", {"note": SECRETS[2]}, by="ops")
     info = await perdure_backend.wait("enc-1", timeout=60)
     assert info.status is RunStatus.SUCCEEDED
-    assert perdure.backend.outcome(info) == {
+    assert perdure._backend.outcome(info) == {
         "found": f"{SECRETS[0]}:{SECRETS[1]}",
         "decision": {"note": SECRETS[2]},
     }
@@ -149,7 +150,7 @@ async def test_prune_exports_what_the_key_opens_and_only_with_the_key(
 def test_without_the_key_a_sealed_value_is_shown_as_encrypted_with_its_key_id(
     keys: dict[str, str],
 ) -> None:
-    from perdure.serialization import reveal, to_jsonable
+    from perdure._serialization import reveal, to_jsonable
 
     sealed = to_jsonable({"card": "4111"})
     assert reveal({"result": sealed}) == {"result": {"card": "4111"}}
@@ -163,7 +164,7 @@ def test_without_the_key_a_sealed_value_is_shown_as_encrypted_with_its_key_id(
 
 
 def test_data_sealed_with_a_retired_key_is_a_typed_error_naming_it(keys: dict[str, str]) -> None:
-    from perdure.serialization import from_jsonable, to_jsonable
+    from perdure._serialization import from_jsonable, to_jsonable
 
     sealed = to_jsonable({"card": "4111"})
     encryption.configure_keys(f"k2:{keys['k2']}")
@@ -175,7 +176,7 @@ def test_data_sealed_with_a_retired_key_is_a_typed_error_naming_it(keys: dict[st
 
 
 def test_tampered_sealed_data_is_a_typed_error(keys: dict[str, str]) -> None:
-    from perdure.serialization import from_jsonable, to_jsonable
+    from perdure._serialization import from_jsonable, to_jsonable
 
     sealed = to_jsonable({"card": "4111"})
     blob = bytearray(base64.b64decode(sealed["c"]))
@@ -189,7 +190,7 @@ def test_tampered_sealed_data_is_a_typed_error(keys: dict[str, str]) -> None:
 def test_keys_come_from_a_key_file_current_first(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from perdure.errors import ConfigurationError
+    from perdure._errors import ConfigurationError
 
     new, old = _key(), _key()
     key_file = tmp_path / "keys"

@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 from perdure import EventKind, RunStatus
-from perdure.registry import open_backend
+from perdure._registry import open_backend
 from perdure.testing import Processes, Receiver, wait_for_status
 
 STOPPED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.NEEDS_ATTENTION)

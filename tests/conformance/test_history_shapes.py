@@ -1,5 +1,5 @@
 """The history every backend records, pinned: event kinds, order, ``seq`` and data keys
-(``perdure.semantics.events``), and the operator guards on an ended run."""
+(``perdure._semantics.events``), and the operator guards on an ended run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 import perdure
 from perdure import EventKind, InvalidRunStateError, RunFailedError, RunStatus
-from perdure.records import Event
+from perdure._records import Event
 
 pytestmark = pytest.mark.perdure_memory
 

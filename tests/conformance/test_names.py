@@ -13,8 +13,8 @@ import pytest
 
 import perdure
 from perdure import RunStatus
+from perdure._validation import MAX_NAME_LENGTH
 from perdure.testing import Processes, Receiver
-from perdure.validation import MAX_NAME_LENGTH
 
 BAD = {
     "empty": "",

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from perdure.registry import open_backend
+from perdure._registry import open_backend
 from perdure.testing import Processes, Receiver
 from perdure.testing.chaos import Chaos, Outage, Tally
 from perdure.testing.plugin import store_names

@@ -12,7 +12,7 @@ from chromium_launch import CHROMIUM, chromium
 from console_support import EMBEDDED, ConsoleProcess, console_in_loop, console_process
 from playwright.async_api import Browser
 
-from perdure.registry import open_backend
+from perdure._registry import open_backend
 from perdure.testing.plugin import store_factory
 
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import uvicorn
 
-from perdure.console import ConsoleSettings, create_app
+from perdure._console import ConsoleSettings, create_app
 from perdure.testing.plugin import store_names
 
 SECRET = "console-test-secret"

@@ -16,14 +16,15 @@ from console_support import one_embedded_store
 from console_workflows import refund
 from typer.testing import CliRunner
 
-from perdure import retention, url_options
-from perdure.backend import Backend
-from perdure.cli.app import app
-from perdure.engine.backend import EmbeddedBackend
-from perdure.errors import RetentionError, RunNotFoundError
-from perdure.records import RunInfo, RunStatus
-from perdure.registry import open_backend
-from perdure.retention import export_name
+from perdure import _retention as retention
+from perdure import _url_options as url_options
+from perdure._backend import Backend
+from perdure._cli.app import app
+from perdure._engine.backend import EmbeddedBackend
+from perdure._errors import RetentionError, RunNotFoundError
+from perdure._records import RunInfo, RunStatus
+from perdure._registry import open_backend
+from perdure._retention import export_name
 from perdure.testing.processes import Processes
 
 HERE = Path(__file__).parent

@@ -13,8 +13,8 @@ from console_support import SECRET, ConsoleProcess
 from console_workflows import refund, transfer
 from playwright.async_api import Browser, Page, expect
 
-from perdure.backend import Backend
-from perdure.records import EventKind, RunStatus
+from perdure._backend import Backend
+from perdure._records import EventKind, RunStatus
 
 
 async def log_in(page: Page, console: ConsoleProcess, name: str = "alice") -> None:

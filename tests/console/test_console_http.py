@@ -22,9 +22,9 @@ from console_support import (
 )
 from console_workflows import refund, transfer, two_sign_offs
 
-from perdure.backend import Backend
-from perdure.console._throttle import LoginThrottle
-from perdure.records import EventKind, RunStatus
+from perdure._backend import Backend
+from perdure._console._throttle import LoginThrottle
+from perdure._records import EventKind, RunStatus
 from perdure.testing import wait_for_request
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')

@@ -1,4 +1,4 @@
-"""The drive observers live in ``perdure.semantics``: a backend that only supplies a
+"""The drive observers live in ``perdure._semantics``: a backend that only supplies a
 ``Journal`` and calls ``drive`` (no engine, no ``RunDriver``) is observed, its appends
 timed, and an observer that raises never reaches the drive or the workflow."""
 
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from console_workflows import refund
 
-from perdure.errors import LeaseLostError
-from perdure.records import Event, EventKind, NewEvent, RunStatus, SignalRecord
-from perdure.semantics import drive, events, observe
-from perdure.store import RunUpdate
+from perdure._errors import LeaseLostError
+from perdure._records import Event, EventKind, NewEvent, RunStatus, SignalRecord
+from perdure._semantics import drive, events, observe
+from perdure._store import RunUpdate
 
 
 class ListJournal:

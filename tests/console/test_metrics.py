@@ -1,6 +1,6 @@
 """Prometheus figures scraped during a run match the run's history: the console's
 /metrics counts what the backend holds, a worker's --metrics-port what it drove. On
-every column: the figures come from the drive observers of ``perdure.semantics``, so a
+every column: the figures come from the drive observers of ``perdure._semantics``, so a
 backend driving through the shared semantics is counted without code of its own."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from console_support import SCRAPE, ConsoleProcess, free_port
 from prometheus_client.parser import text_string_to_metric_families
 
-from perdure.backend import Backend
-from perdure.records import Event, EventKind, RunStatus
+from perdure._backend import Backend
+from perdure._records import Event, EventKind, RunStatus
 from perdure.testing import Patience
 from perdure.testing.processes import Process, Processes
 
@@ -136,7 +136,7 @@ async def test_scraped_figures_match_the_history(
 @pytest.mark.perdure_not_on(
     "dbos+sqlite",
     "dbos+postgresql",
-    reason="perdure_dbos does not report drives to perdure.semantics' observers yet "
+    reason="perdure_dbos does not report drives to core's drive observers yet "
     "(DBOS metrics are #16's), so its worker counts nothing",
 )
 async def test_an_intent_parked_by_a_worker_is_counted_as_the_history_records(

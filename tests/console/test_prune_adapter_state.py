@@ -15,12 +15,12 @@ import pytest
 import retention_workflows as rw
 from typer.testing import CliRunner
 
-from perdure.backend import Backend
-from perdure.cli.app import app
-from perdure.errors import RunNotFoundError
-from perdure.records import RunStatus
-from perdure.stores.postgres import parse_postgres_url
-from perdure.stores.sqlite import parse_sqlite_url
+from perdure._backend import Backend
+from perdure._cli.app import app
+from perdure._errors import RunNotFoundError
+from perdure._records import RunStatus
+from perdure._stores.postgres import parse_postgres_url
+from perdure._stores.sqlite import parse_sqlite_url
 from perdure_langgraph import durable
 from perdure_openai_agents import PerdureSession
 from perdure_openai_agents.session import TABLE

@@ -1,7 +1,7 @@
 """OpenTelemetry spans: one per drive and per step, carrying run ids and no payloads;
 a run resumed by another backend (a worker, after an approval) continues the trace
 that started it, through the trace context stored in the run record. On every column:
-the spans come from the drive observers of ``perdure.semantics``."""
+the spans come from the drive observers of ``perdure._semantics``."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from perdure.records import RunStatus
-from perdure.registry import open_backend
+from perdure._records import RunStatus
+from perdure._registry import open_backend
 
 EXPORTER = InMemorySpanExporter()
 

@@ -1,4 +1,4 @@
-"""Which backend a URL names (``perdure.config``, ``perdure.registry``) and the workflow
+"""Which backend a URL names (``perdure._config``, ``perdure._registry``) and the workflow
 registry: precedence, and clear ``ConfigurationError``s for what we cannot open."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import engine_workflows as ew
 import pytest
 
 import perdure
-from perdure.config import DEFAULT_URL, resolve_url
-from perdure.engine.backend import EmbeddedBackend
-from perdure.errors import ConfigurationError, WorkflowNotFoundError
-from perdure.registry import open_backend, register_backend, schemes
-from perdure.stores.memory import MemoryStore
-from perdure.workflow import get_workflow
+from perdure._config import DEFAULT_URL, resolve_url
+from perdure._engine.backend import EmbeddedBackend
+from perdure._errors import ConfigurationError, WorkflowNotFoundError
+from perdure._registry import open_backend, register_backend, schemes
+from perdure._stores.memory import MemoryStore
+from perdure._workflow import get_workflow
 
 _unique = itertools.count()
 

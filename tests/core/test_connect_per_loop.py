@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import perdure
-import perdure.api
-from perdure.backend import Backend
+import perdure._api
+from perdure._backend import Backend
 
 
 def _connect_and_use(url: str) -> Backend:
@@ -29,7 +29,7 @@ def test_a_loop_that_reuses_a_closed_loops_id_gets_its_own_backend(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'perdure.db'}"
     # Every loop gets the same id, as CPython does when a freed loop's memory is reused.
-    monkeypatch.setattr(perdure.api, "id", lambda _: 1, raising=False)
+    monkeypatch.setattr(perdure._api, "id", lambda _: 1, raising=False)
     first = _connect_and_use(url)
     second = _connect_and_use(url)
     assert second is not first
@@ -43,7 +43,7 @@ def test_the_backends_of_a_closed_loop_are_let_go(tmp_path: Path) -> None:
     async def only_this_loop_holds_backends() -> None:
         await perdure.connect(url)
         try:
-            cache = perdure.api._backends  # pyright: ignore[reportPrivateUsage]
+            cache = perdure._api._backends  # pyright: ignore[reportPrivateUsage]
             holding = [loop for loop, opened in cache.items() if opened]
             assert holding == [asyncio.get_running_loop()]
         finally:

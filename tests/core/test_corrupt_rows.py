@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 
 import perdure
 from perdure import CorruptHistoryError, RunStatus
-from perdure.cli import app
-from perdure.registry import open_backend
+from perdure._cli import app
+from perdure._registry import open_backend
 from perdure.testing.plugin import store_factory
 
 

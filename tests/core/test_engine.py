@@ -1,4 +1,4 @@
-"""The run semantics (``perdure.semantics``), scenario by scenario, on every column.
+"""The run semantics (``perdure._semantics``), scenario by scenario, on every column.
 
 Each test runs on every backend ``PERDURE_TEST_STORES`` names, plus the in-memory
 store as a fast extra column; a second backend opened on the same URL stands in for a
@@ -33,13 +33,13 @@ from perdure import (
     RunStatus,
     SerializationError,
 )
-from perdure.backend import Backend
-from perdure.engine.backend import EmbeddedBackend
-from perdure.records import Event, NewEvent, RunInfo
-from perdure.registry import open_backend
-from perdure.semantics.events import encode_input
-from perdure.store import NewRun, Store
-from perdure.workflow import Workflow, get_workflow, register_workflow, registered_workflows
+from perdure._backend import Backend
+from perdure._engine.backend import EmbeddedBackend
+from perdure._records import Event, NewEvent, RunInfo
+from perdure._registry import open_backend
+from perdure._semantics.events import encode_input
+from perdure._store import NewRun, Store
+from perdure._workflow import Workflow, get_workflow, register_workflow, registered_workflows
 
 MakeBackend = Callable[[], Backend]
 

@@ -22,12 +22,12 @@ import pytest
 
 import perdure
 from perdure import EventKind, NeedsAttentionError, RunStatus
-from perdure.engine.backend import EmbeddedBackend
-from perdure.errors import BackendUnavailableError, SubstrateError, classify
-from perdure.registry import open_backend
-from perdure.store import Store
-from perdure.stores.faults import postgres_error, sqlite_error
-from perdure.stores.sqlite import SqliteStore
+from perdure._engine.backend import EmbeddedBackend
+from perdure._errors import BackendUnavailableError, SubstrateError, classify
+from perdure._registry import open_backend
+from perdure._store import Store
+from perdure._stores.faults import postgres_error, sqlite_error
+from perdure._stores.sqlite import SqliteStore
 from perdure.testing.plugin import DEFAULT_POSTGRES, store_factory, store_names
 
 PG = os.environ.get("PERDURE_TEST_POSTGRES_URL", DEFAULT_POSTGRES)
@@ -158,7 +158,7 @@ def test_classifiers_of_other_backends_plug_in() -> None:
     def sdk(exc: BaseException) -> Any:
         return "transient" if isinstance(exc, SdkTimeout) else None
 
-    perdure.errors.register_classifier(sdk)
+    perdure._errors.register_classifier(sdk)
     wrapped = RuntimeError("update failed")
     wrapped.__cause__ = SdkTimeout()
     assert classify(wrapped) == "transient"

@@ -1,6 +1,6 @@
 """Finding 5: no error path shows a password, on any backend's URL.
 
-``perdure.masking`` is the one masking function; every ``PerdureError`` message goes
+``perdure._masking`` is the one masking function; every ``PerdureError`` message goes
 through it. The CLI tests feed a password-bearing URL of every column to the real
 commands (bad parameters, unreachable servers, with and without PERDURE_DEBUG) and grep
 everything written to stdout and stderr for the password.
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perdure.cli import app
-from perdure.errors import BackendUnavailableError, ConfigurationError, PerdureError
-from perdure.masking import mask_text, mask_url
+from perdure._cli import app
+from perdure._errors import BackendUnavailableError, ConfigurationError, PerdureError
+from perdure._masking import mask_text, mask_url
 
 SECRET = "S3cretPW"
 

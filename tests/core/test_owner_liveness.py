@@ -1,4 +1,4 @@
-"""Telling whether the process behind an owner id is gone (``perdure.engine.owners``):
+"""Telling whether the process behind an owner id is gone (``perdure._engine.owners``):
 a worker takes a dead owner's runs at once, and must never take a live one's."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from perdure.engine.owners import new_owner_id, owner_is_dead
+from perdure._engine.owners import new_owner_id, owner_is_dead
 
 
 def owner_of(proc: subprocess.Popen[bytes]) -> str:
@@ -18,7 +18,7 @@ def owner_of(proc: subprocess.Popen[bytes]) -> str:
 
 def child() -> subprocess.Popen[bytes]:
     code = (
-        "import sys; from perdure.engine.owners import new_owner_id; "
+        "import sys; from perdure._engine.owners import new_owner_id; "
         "print(new_owner_id(), flush=True); sys.stdin.read()"
     )
     return subprocess.Popen(

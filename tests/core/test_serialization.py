@@ -1,4 +1,4 @@
-"""``perdure.serialization``: explicit JSON encoding of step results, inputs and payloads.
+"""``perdure._serialization``: explicit JSON encoding of step results, inputs and payloads.
 
 Every value goes through ``to_jsonable`` → ``dumps`` → ``loads`` → ``from_jsonable``,
 the path it takes through a real store.
@@ -14,8 +14,8 @@ from typing import Any
 import pydantic
 import pytest
 
-from perdure.errors import SerializationError
-from perdure.serialization import TAG, dumps, from_jsonable, loads, to_jsonable
+from perdure._errors import SerializationError
+from perdure._serialization import TAG, dumps, from_jsonable, loads, to_jsonable
 
 
 def round_trip(value: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from perdure import SerializationError
-from perdure.serialization import MAX_DEPTH, dumps, from_jsonable, loads, to_jsonable
+from perdure._serialization import MAX_DEPTH, dumps, from_jsonable, loads, to_jsonable
 
 
 def nested(depth: int, leaf: Any = "x") -> Any:

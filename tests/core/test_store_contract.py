@@ -21,8 +21,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from perdure.engine.backend import EmbeddedBackend
-from perdure.errors import (
+from perdure._engine.backend import EmbeddedBackend
+from perdure._errors import (
     BackendUnavailableError,
     ConfigurationError,
     CorruptHistoryError,
@@ -31,12 +31,12 @@ from perdure.errors import (
     RunNotFoundError,
     SerializationError,
 )
-from perdure.records import EventKind, NewEvent, RunStatus
-from perdure.registry import open_backend
-from perdure.store import Lease, NewRun, RunUpdate, Store
-from perdure.stores.memory import MemoryStore
-from perdure.stores.postgres import PostgresStore, parse_postgres_url
-from perdure.stores.sqlite import SqliteStore
+from perdure._records import EventKind, NewEvent, RunStatus
+from perdure._registry import open_backend
+from perdure._store import Lease, NewRun, RunUpdate, Store
+from perdure._stores.memory import MemoryStore
+from perdure._stores.postgres import PostgresStore, parse_postgres_url
+from perdure._stores.sqlite import SqliteStore
 
 LEASE = 30.0
 

@@ -17,9 +17,9 @@ import pydantic
 import pytest
 
 import perdure
-from perdure import type_registry
-from perdure.errors import ConfigurationError, SerializationError
-from perdure.serialization import TAG, from_jsonable
+from perdure import _type_registry as type_registry
+from perdure._errors import ConfigurationError, SerializationError
+from perdure._serialization import TAG, from_jsonable
 
 
 @dataclasses.dataclass
@@ -62,8 +62,8 @@ def test_a_hostile_row_naming_a_module_imports_nothing_and_builds_nothing(tmp_pa
     code = textwrap.dedent(
         """
         import sys
-        from perdure.errors import SerializationError
-        from perdure.serialization import from_jsonable
+        from perdure._errors import SerializationError
+        from perdure._serialization import from_jsonable
         try:
             from_jsonable({"__perdure__": "dataclass", "t": "venv.__main__:X", "v": {}})
         except SerializationError as exc:
@@ -128,8 +128,8 @@ def _allow_list_subprocess(tmp_path: Path, env_types: str | None, pyproject: str
     code = textwrap.dedent(
         """
         import sys
-        from perdure.serialization import from_jsonable
-        from perdure.errors import SerializationError
+        from perdure._serialization import from_jsonable
+        from perdure._errors import SerializationError
         try:
             row = {"__perdure__": "dataclass", "t": "shop_types:Order", "v": {"id": 4}}
             print(from_jsonable(row))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 SCRIPT = """
 import perdure
-from perdure.workflow import registered_workflows
+from perdure._workflow import registered_workflows
 
 @perdure.workflow
 async def refund(order_id: str) -> str:

@@ -8,8 +8,8 @@ import asyncio
 import importlib
 import json
 
-from perdure.api import connect, shutdown
-from perdure.workflow import get_workflow
+from perdure._api import connect, shutdown
+from perdure._workflow import get_workflow
 
 
 async def _main(ns: argparse.Namespace) -> None:

@@ -143,7 +143,7 @@ def test_dbos_urls_parse_and_bad_ones_are_configuration_errors() -> None:
     assert parse_qs(urlsplit(parsed.system_database_url).query) == {"sslmode": ["disable"]}
     for bad in ("dbos+sqlite:///:memory:", "dbos+mysql://x/y"):
         with pytest.raises(perdure.ConfigurationError):
-            perdure.registry.open_backend(bad)
+            perdure._registry.open_backend(bad)
     assert os.environ.get("PERDURE_CODE_VERSION") in (None, "")
 
 

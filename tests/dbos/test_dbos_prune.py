@@ -11,9 +11,10 @@ import pytest
 import sqlalchemy as sa
 
 import perdure
-from perdure import RunStatus, retention
-from perdure.errors import RunNotFoundError
-from perdure.retention import export_name
+from perdure import RunStatus
+from perdure import _retention as retention
+from perdure._errors import RunNotFoundError
+from perdure._retention import export_name
 from perdure.testing import Receiver, wait_for_status
 from perdure_dbos._backend import runtime
 

@@ -17,7 +17,7 @@ import pytest
 
 import perdure
 from perdure import EventKind, RunStatus
-from perdure.errors import ApprovalNotPendingError
+from perdure._errors import ApprovalNotPendingError
 from perdure.testing import wait_for_status
 from perdure_dbos._journal import DbosJournal, read_history
 from perdure_dbos._tables import Marks

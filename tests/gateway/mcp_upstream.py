@@ -13,7 +13,7 @@ import os
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
-from perdure.gateway.serve import bind, serve
+from perdure._gateway.serve import bind, serve
 from perdure.testing import post
 
 server = MCPServer("mail")

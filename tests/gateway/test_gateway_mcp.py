@@ -15,7 +15,7 @@ from gateway_support import first_line
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from perdure.semantics.unresolved import unresolved_outcome
+from perdure._semantics.unresolved import unresolved_outcome
 from perdure.testing import Processes, Receiver
 
 pytestmark = pytest.mark.perdure_only(

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from perdure import OutcomeUnresolvedError
-from perdure.semantics.unresolved import unresolved_outcome
+from perdure._semantics.unresolved import unresolved_outcome
 
 
 class _Answers(http.server.BaseHTTPRequestHandler):

@@ -13,7 +13,7 @@ from langgraph.types import Command
 
 import perdure
 from perdure import ConfigurationError, EventKind, RunStatus
-from perdure.authorization import AuthenticationError
+from perdure._authorization import AuthenticationError
 from perdure.testing import Receiver
 from perdure_langgraph.durable import WORKFLOW_NAME, DurableGraph, durable
 

@@ -19,8 +19,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 from typed_state import TypesGraphState, round_trip_values
 
-from perdure import encryption
-from perdure.errors import BackendUnavailableError, ConfigurationError, SerializationError
+from perdure import _encryption as encryption
+from perdure._errors import BackendUnavailableError, ConfigurationError, SerializationError
 from perdure_langgraph import CorruptCheckpointError, PerdureSaver
 from perdure_langgraph._serde import DisallowedTypeError
 from perdure_langgraph._url import PostgresTarget, SqliteTarget, parse_url

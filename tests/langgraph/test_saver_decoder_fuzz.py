@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 
-from perdure.errors import PerdureError
+from perdure._errors import PerdureError
 from perdure_langgraph import PerdureSaver
 
 #: Bounded and reproducible: the same examples on every run (CI and here).

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
-from perdure.errors import SerializationError
+from perdure._errors import SerializationError
 from perdure_openai_agents import _codec, _errors
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -14,8 +14,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from perdure.records import RunInfo, RunStatus
-from perdure.registry import open_backend
+from perdure._records import RunInfo, RunStatus
+from perdure._registry import open_backend
 
 PG_SERVER = os.environ.get("PERDURE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 

@@ -18,9 +18,9 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 import perdure
 from perdure import ConfigurationError, EventKind, RunStatus
-from perdure.authorization import AuthenticationError, AuthorizationError
+from perdure._authorization import AuthenticationError, AuthorizationError
+from perdure._tokens import issue_token
 from perdure.testing import Receiver, wait_for_status
-from perdure.tokens import issue_token
 from perdure_openai_agents import (
     DurableRunner,
     DurableRunResult,

@@ -17,8 +17,8 @@ import pytest
 
 import perdure
 from perdure import EventKind, RunStatus
-from perdure.errors import ApprovalNotPendingError, InvalidRunStateError
-from perdure.semantics import approvals
+from perdure._errors import ApprovalNotPendingError, InvalidRunStateError
+from perdure._semantics import approvals
 from perdure.testing import Processes, wait_for_request
 
 pytestmark = pytest.mark.perdure_memory
@@ -200,7 +200,7 @@ async def test_the_cli_shows_the_pending_request_and_answers_that_one(
 
 def test_the_temporal_workflow_restates_the_approval_channel_exactly() -> None:
     """The Temporal workflow imports only the standard library, so it restates the
-    channel naming; it must agree with ``perdure.semantics.approvals``."""
+    channel naming; it must agree with ``perdure._semantics.approvals``."""
     from perdure_temporal import workflow
 
     assert workflow.APPROVAL == approvals.APPROVAL

@@ -23,9 +23,9 @@ import pytest
 
 import perdure
 from perdure import RunStatus
-from perdure.errors import ApprovalNotPendingError
-from perdure.registry import open_backend
-from perdure.semantics import approvals
+from perdure._errors import ApprovalNotPendingError
+from perdure._registry import open_backend
+from perdure._semantics import approvals
 from perdure.testing import Processes, wait_for_request
 from perdure.testing.plugin import store_factory, store_names
 
@@ -91,4 +91,4 @@ async def _upgrade_path(backend: Any, url: str, processes: Processes) -> None:
     assert f"approved request {request}" in approved.stdout
     info = await finished
     assert info.status is RunStatus.SUCCEEDED
-    assert perdure.backend.outcome(info) == {"approved": True, "message": None}
+    assert perdure._backend.outcome(info) == {"approved": True, "message": None}

@@ -21,10 +21,10 @@ import pytest
 
 import perdure
 from perdure import EventKind, RunStatus
-from perdure.authorization import AuthenticationError, AuthorizationError
-from perdure.semantics import approvals
+from perdure._authorization import AuthenticationError, AuthorizationError
+from perdure._semantics import approvals
+from perdure._tokens import issue_token, verify_token
 from perdure.testing import Processes, wait_for_request
-from perdure.tokens import issue_token, verify_token
 
 pytestmark = pytest.mark.perdure_memory
 
@@ -289,9 +289,9 @@ def test_token_issue_prints_a_scoped_token_and_refuses_what_it_cannot_sign() -> 
 
 
 def test_the_authorizer_is_configured_like_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
-    from perdure.authorization import ActorAuthorizer, resolve_authorizer
-    from perdure.errors import ConfigurationError
-    from perdure.tokens import TokenAuthorizer
+    from perdure._authorization import ActorAuthorizer, resolve_authorizer
+    from perdure._errors import ConfigurationError
+    from perdure._tokens import TokenAuthorizer
 
     monkeypatch.delenv("PERDURE_AUTHORIZER", raising=False)
     monkeypatch.setenv("PERDURE_AUTH_KEY", KEY)

@@ -15,9 +15,9 @@ import pytest
 
 import perdure
 from perdure import EventKind, RunStatus
-from perdure.console import ConsoleSettings, create_app
+from perdure._console import ConsoleSettings, create_app
+from perdure._tokens import issue_token
 from perdure.testing import wait_for_request
-from perdure.tokens import issue_token
 
 KEY = base64.b64encode(b"c" * 32).decode()
 SECRET = "token-console-secret"

@@ -10,13 +10,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perdure.errors import PerdureError
-from perdure.registry import open_backend
-from perdure.serialization import from_jsonable, loads
-from perdure.stores.migrations import decode_event, decode_run, decode_signal
-from perdure.stores.postgres import parse_postgres_url
-from perdure.stores.sqlite import parse_sqlite_url
-from perdure.tokens import verify_token
+from perdure._errors import PerdureError
+from perdure._registry import open_backend
+from perdure._serialization import from_jsonable, loads
+from perdure._stores.migrations import decode_event, decode_run, decode_signal
+from perdure._stores.postgres import parse_postgres_url
+from perdure._stores.sqlite import parse_sqlite_url
+from perdure._tokens import verify_token
 from perdure_dbos._backend import DbosUrl
 from perdure_temporal.url import TemporalUrl
 

@@ -29,7 +29,7 @@ import pytest
 
 import perdure
 from perdure import RunStatus
-from perdure.serialization import TAG
+from perdure._serialization import TAG
 
 HOSTILE = {TAG: "dataclass", "t": "venv.__main__:X", "v": {}}
 

@@ -1,6 +1,6 @@
 """Finding 2's last gap: a locator read from stored data never imports a module.
 
-``perdure.locate.resolve`` looks only in modules the user chose (a worker's modules,
+``perdure._locate.resolve`` looks only in modules the user chose (a worker's modules,
 objects this process located, ``allow_module``, ``PERDURE_LOCATORS``); a hostile row
 naming any other module gets a typed error and nothing is imported.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from perdure import locate
-from perdure.errors import ConfigurationError
+from perdure import _locate as locate
+from perdure._errors import ConfigurationError
 
 CANARY = """
 from pathlib import Path

@@ -10,7 +10,7 @@ import pytest
 
 import perdure
 from perdure import RunStatus
-from perdure.redaction import redact, redact_text
+from perdure._redaction import redact, redact_text
 
 pytestmark = pytest.mark.perdure_memory
 

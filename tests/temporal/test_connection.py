@@ -16,7 +16,7 @@ from temporalio.service import TLSConfig
 
 import perdure
 from perdure import RunStatus
-from perdure.registry import open_backend
+from perdure._registry import open_backend
 from perdure_temporal import PayloadError, TemporalUrl, use_payload_codec
 from perdure_temporal.payloads import DirectoryPayloads
 from perdure_temporal.testing import fresh_url

@@ -13,7 +13,7 @@ from psycopg import sql
 
 import perdure
 from perdure import RunStatus
-from perdure.registry import open_backend
+from perdure._registry import open_backend
 from perdure.testing.plugin import postgresql_url
 from perdure_temporal.pg_payloads import PostgresPayloads
 from perdure_temporal.testing import fresh_url

@@ -18,8 +18,8 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client
 
 from perdure import RunStatus
-from perdure.backend import Backend
-from perdure.registry import open_backend
+from perdure._backend import Backend
+from perdure._registry import open_backend
 from perdure.testing import Patience, Process, Processes, Receiver, wait_for_status
 from perdure_temporal import TemporalUrl
 from perdure_temporal.devserver import DevServer, free_port

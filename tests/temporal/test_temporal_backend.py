@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 import perdure
 from perdure import RunStatus
-from perdure.cli import app
-from perdure.registry import open_backend
-from perdure.retention import export_name
+from perdure._cli import app
+from perdure._registry import open_backend
+from perdure._retention import export_name
 from perdure_temporal import TemporalBackend, TemporalUrl
 from perdure_temporal.testing import fresh_url
 

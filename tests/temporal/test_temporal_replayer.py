@@ -9,8 +9,8 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHistory
 from typer.testing import CliRunner
 
-from perdure.cli import app
-from perdure.registry import open_backend
+from perdure._cli import app
+from perdure._registry import open_backend
 from perdure_temporal import TemporalUrl
 from perdure_temporal.testing import fresh_url
 from perdure_temporal.worker import replay_failure

@@ -15,8 +15,9 @@ from temporalio.api.common.v1 import Payload, SearchAttributes
 from temporalio.client import Client
 
 import perdure
-from perdure import RunStatus, encryption
-from perdure.registry import open_backend
+from perdure import RunStatus
+from perdure import _encryption as encryption
+from perdure._registry import open_backend
 from perdure_temporal import TemporalUrl
 from perdure_temporal.sealing import ENCODING
 from perdure_temporal.testing import fresh_url
@@ -67,7 +68,7 @@ async def test_temporal_history_on_the_server_holds_no_plaintext(tmp_path: Path,
         await backend.signal("sealed", "go", {"note": SECRETS[2]}, by="ops")
         info = await backend.wait("sealed", timeout=60)
         assert info.status is RunStatus.SUCCEEDED
-        assert perdure.backend.outcome(info) == {
+        assert perdure._backend.outcome(info) == {
             "found": f"{SECRETS[0]}:{SECRETS[1]}",
             "decision": {"note": SECRETS[2]},
         }

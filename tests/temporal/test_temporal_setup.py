@@ -13,7 +13,7 @@ from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
 
 from perdure import RunStatus
-from perdure.registry import open_backend
+from perdure._registry import open_backend
 from perdure_temporal.testing import fresh_url, session_target
 
 

@@ -16,7 +16,7 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
 from perdure import RunStatus
-from perdure.registry import open_backend
+from perdure._registry import open_backend
 from perdure.testing import Patience
 from perdure_temporal import TemporalBackend, TemporalUrl
 from perdure_temporal.testing import fresh_url

@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 
 from perdure import RunStatus
-from perdure.registry import open_backend
+from perdure._registry import open_backend
 from perdure.testing import Patience
 from perdure_temporal import TemporalBackend, TemporalUrl
 from perdure_temporal.testing import fresh_url

@@ -1,6 +1,6 @@
 """perdure: durable runs for agents — record once, replay forever, never pay twice."""
 
-from perdure.api import (
+from perdure._api import (
     APPROVAL,
     approve,
     cancel,
@@ -18,8 +18,8 @@ from perdure.api import (
     signal,
     start,
 )
-from perdure.backend import Backend, RunHandle
-from perdure.errors import (
+from perdure._backend import Backend, RunHandle
+from perdure._errors import (
     BackendUnavailableError,
     ConfigurationError,
     CorruptHistoryError,
@@ -41,10 +41,11 @@ from perdure.errors import (
     SubstrateError,
     WorkflowNotFoundError,
 )
-from perdure.records import Event, EventKind, RunInfo, RunStatus
-from perdure.registry import register_backend
-from perdure.retry import RetryPolicy
-from perdure.steps import (
+from perdure._locate import allow_module
+from perdure._records import Event, EventKind, RunInfo, RunStatus
+from perdure._registry import register_backend
+from perdure._retry import RetryPolicy
+from perdure._steps import (
     current_run_id,
     effect,
     idempotency_key,
@@ -55,8 +56,9 @@ from perdure.steps import (
     step,
     wait_for_signal,
 )
-from perdure.type_registry import allow_types, register_type
-from perdure.workflow import Workflow, workflow
+from perdure._tokens import issue_token
+from perdure._type_registry import allow_types, register_type
+from perdure._workflow import Workflow, workflow
 
 __all__ = [
     "APPROVAL",
@@ -88,6 +90,7 @@ __all__ = [
     "SubstrateError",
     "Workflow",
     "WorkflowNotFoundError",
+    "allow_module",
     "allow_types",
     "approve",
     "cancel",
@@ -99,6 +102,7 @@ __all__ = [
     "get_run",
     "history",
     "idempotency_key",
+    "issue_token",
     "keyed",
     "list_runs",
     "patched",

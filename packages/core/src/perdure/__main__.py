@@ -1,6 +1,6 @@
 """``python -m perdure`` is the ``perdure`` CLI."""
 
-from perdure.cli import main
+from perdure._cli import main
 
 if __name__ == "__main__":
     main()

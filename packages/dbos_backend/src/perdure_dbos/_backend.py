@@ -1,7 +1,7 @@
 """``DbosBackend``: perdure runs as DBOS workflows, on perdure's shared run semantics.
 
 A perdure run is one DBOS workflow, ``perdure_run(workflow_name, stored_input)``, whose
-workflow id is the run id. Inside it, ``perdure.semantics.drive`` runs the workflow on a
+workflow id is the run id. Inside it, ``perdure.spi.drive`` runs the workflow on a
 ``DbosJournal`` (each append one DBOS step); a run that suspends or parks waits in DBOS's
 durable ``recv`` on its wake topic (the timer its timeout) and is driven again when a
 signal, an operator or its timer wakes it. DBOS schedules, records and recovers; what a
@@ -27,28 +27,41 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from dbos import DBOS, DBOSConfig, DBOSPortableJSONSerializer, SetWorkflowID
 
-from perdure import tracing
-from perdure.backend import Backend, ReconcileOutcome, RunHandle, run_filter
-from perdure.engine.outages import Backoff
-from perdure.engine.owners import new_owner_id
-from perdure.errors import (
+from perdure.spi import (
     ApprovalNotPendingError,
+    Backend,
     BackendUnavailableError,
+    Backoff,
     ConfigurationError,
     CorruptHistoryError,
+    Drained,
+    Event,
+    EventKind,
     InvalidInputError,
     LeaseLostError,
     PerdureError,
+    ReconcileOutcome,
+    RunHandle,
+    RunInfo,
     RunNotFoundError,
+    RunStatus,
+    RunUpdate,
     SubstrateError,
+    Workflow,
+    approvals,
     classify,
+    drive,
+    events,
+    get_workflow,
+    guards,
+    new_owner_id,
+    park_broken,
+    registered_workflows,
+    run_filter,
+    split_url,
+    to_jsonable,
+    trace_context,
 )
-from perdure.records import Event, EventKind, RunInfo, RunStatus
-from perdure.semantics import Drained, approvals, drive, events, guards, park_broken
-from perdure.serialization import to_jsonable
-from perdure.store import RunUpdate
-from perdure.urls import split_url
-from perdure.workflow import Workflow, get_workflow, registered_workflows
 from perdure_dbos import _compat
 from perdure_dbos._executors import Executors, Heartbeat, executor_timeout
 from perdure_dbos._journal import DbosJournal, pack, read_history
@@ -536,7 +549,7 @@ class DbosBackend(Backend):
             workflow.name,
             workflow.code_version,
             parent_run_id,
-            tracing.start_context(run_id, workflow.name),
+            trace_context(run_id, workflow.name),
         )
         if rt.draining:
             return RunHandle(self, run_id)

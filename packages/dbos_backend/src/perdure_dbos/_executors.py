@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 import sqlalchemy as sa
 
-from perdure.engine.owners import owner_is_dead
+from perdure.spi import owner_is_dead
 
 log = logging.getLogger("perdure.dbos")
 
@@ -42,7 +42,7 @@ def executor_timeout() -> float:
     except ValueError:
         value = 0.0
     if value <= 0:
-        from perdure.errors import ConfigurationError
+        from perdure.spi import ConfigurationError
 
         raise ConfigurationError(
             f"PERDURE_DBOS_EXECUTOR_TIMEOUT={raw!r}: expected a positive number of seconds"

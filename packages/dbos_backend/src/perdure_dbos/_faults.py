@@ -1,5 +1,5 @@
 """Which errors of DBOS's system database are transient: core's per-dialect rules,
-taught to ``perdure.errors.classify`` for the SQLAlchemy errors DBOS raises.
+taught to ``perdure.spi.classify`` for the SQLAlchemy errors DBOS raises.
 
 A transient one (connection lost, server restarting, busy) makes the run's execution
 back off and drive again from its stored history; a permanent one parks the run naming
@@ -12,8 +12,13 @@ import sqlite3
 
 import sqlalchemy.exc
 
-from perdure.errors import BackendUnavailableError, Fault, register_classifier
-from perdure.stores.faults import postgres_error, sqlite_error
+from perdure.spi import (
+    BackendUnavailableError,
+    Fault,
+    postgres_error,
+    register_classifier,
+    sqlite_error,
+)
 
 
 def classify_dbos(exc: BaseException) -> Fault | None:

@@ -18,10 +18,16 @@ from typing import Any
 from dbos import DBOS
 from dbos import error as dbos_errors
 
-from perdure.errors import CorruptHistoryError, LeaseLostError
-from perdure.records import Event, EventKind, NewEvent, SignalRecord
-from perdure.semantics import approvals
-from perdure.store import RunUpdate
+from perdure.spi import (
+    CorruptHistoryError,
+    Event,
+    EventKind,
+    LeaseLostError,
+    NewEvent,
+    RunUpdate,
+    SignalRecord,
+    approvals,
+)
 from perdure_dbos import _compat
 from perdure_dbos._records import StepRow, decode, step_rows
 from perdure_dbos._tables import ADMIN, Marks

@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from perdure.errors import CorruptHistoryError
+from perdure.spi import CorruptHistoryError
 from perdure_dbos._serializer import CorruptValueError, ForeignRowError, JsonSerializer
 
 #: The formats perdure decodes (with its own decoder, which never imports or executes):

@@ -6,8 +6,15 @@ from typing import Any
 
 from dbos import Serializer
 
-from perdure.errors import CorruptHistoryError, PerdureError, SerializationError
-from perdure.serialization import dumps, from_stored_layer, loads, to_jsonable
+from perdure.spi import (
+    CorruptHistoryError,
+    PerdureError,
+    SerializationError,
+    dumps,
+    from_stored_layer,
+    loads,
+    to_jsonable,
+)
 
 EXC_TAG = "__perdure_exception__"
 

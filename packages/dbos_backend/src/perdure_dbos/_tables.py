@@ -18,9 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from perdure.records import RunStatus, SignalRecord
-from perdure.semantics import approvals
-from perdure.store import RunUpdate
+from perdure.spi import RunStatus, RunUpdate, SignalRecord, approvals
 
 #: The ``name`` of an inbox row that holds an operator's events, not a signal.
 ADMIN = "__perdure_admin__"

@@ -13,7 +13,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from langgraph.pregel import Pregel
 
-from perdure.audit import Audit, Entry, calls_of, declaration_of, policy_of, where
+from perdure.spi import Audit, AuditEntry, calls_of, declaration_of, policy_of, source_of
 from perdure_langgraph.durable import DurableGraph
 
 _RERUN = "LangGraph runs it again if a crash interrupts it"
@@ -37,11 +37,11 @@ def inspect_object(obj: Any, audit: Audit) -> bool:
 
 def _node(name: str, bound: Any, owner: str, audit: Audit) -> None:
     if isinstance(bound, Pregel):
-        audit.add(Entry(owner, "subgraph", name, "container", note=f"graph {bound.name}"))
+        audit.add(AuditEntry(owner, "subgraph", name, "container", note=f"graph {bound.name}"))
         audit.visit(bound)
         return
     if isinstance(bound, ToolNode):
-        audit.add(Entry(owner, "tool-node", name, "container", note="its tools are listed"))
+        audit.add(AuditEntry(owner, "tool-node", name, "container", note="its tools are listed"))
         for tool in bound.tools_by_name.values():
             _tool(tool, owner, audit)
         return
@@ -53,14 +53,14 @@ def _node(name: str, bound: Any, owner: str, audit: Audit) -> None:
 
 def _function(kind: str, name: str, fn: Any, owner: str, audit: Audit) -> None:
     spec = None if fn is None else declaration_of(fn)
-    defined, location = (None, None) if fn is None else where(fn)
+    defined, location = (None, None) if fn is None else source_of(fn)
     calls = () if fn is None or spec is not None else calls_of(fn)
     if spec is not None:
         policy = policy_of(spec)
     else:
         policy = "delegates" if calls else "undeclared"
     audit.add(
-        Entry(
+        AuditEntry(
             owner,
             kind,
             name,
@@ -77,9 +77,9 @@ def _function(kind: str, name: str, fn: Any, owner: str, audit: Audit) -> None:
 def _tool(tool: BaseTool, owner: str, audit: Audit) -> None:
     fn = getattr(tool, "coroutine", None) or getattr(tool, "func", None)
     spec = None if fn is None else declaration_of(fn)
-    defined, location = (None, None) if fn is None else where(fn)
+    defined, location = (None, None) if fn is None else source_of(fn)
     audit.add(
-        Entry(
+        AuditEntry(
             owner,
             "tool",
             tool.name,

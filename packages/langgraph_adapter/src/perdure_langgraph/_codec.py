@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from perdure.errors import PerdureError
+from perdure.spi import PerdureError
 
 #: The three maps a delta records changes of, in this order.
 MAPS = ("channel_versions", "versions_seen", "channel_values")

@@ -17,7 +17,7 @@ import time
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from perdure.errors import BackendUnavailableError, ConfigurationError, SubstrateError
+from perdure.spi import BackendUnavailableError, ConfigurationError, SubstrateError
 from perdure_langgraph._sql import (
     POSTGRES_MIGRATIONS,
     SQLITE,

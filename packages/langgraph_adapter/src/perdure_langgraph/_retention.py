@@ -13,10 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from perdure.backend import Backend
-from perdure.errors import ConfigurationError, RunNotFoundError
-from perdure.records import RunInfo
-from perdure.registry import state_url
+from perdure.spi import Backend, ConfigurationError, RunInfo, RunNotFoundError, state_url
 from perdure_langgraph.durable import TURN_KEY, WORKFLOW_NAME, _spec_of, turn_run_id
 from perdure_langgraph.saver import PerdureSaver
 

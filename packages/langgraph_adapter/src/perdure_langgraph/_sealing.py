@@ -1,4 +1,4 @@
-"""Checkpoint payloads encrypted at rest with perdure's own keys (``perdure.encryption``).
+"""Checkpoint payloads encrypted at rest with perdure's own keys (``perdure.spi.keyring``).
 
 With ``PERDURE_ENCRYPTION_KEY`` (or a key file) configured, every payload the saver
 writes — channel values, pending writes, checkpoint headers with their inline values —
@@ -13,8 +13,7 @@ because ``list(filter=...)`` queries it.
 
 from __future__ import annotations
 
-from perdure import encryption
-from perdure.errors import SerializationError
+from perdure.spi import KEY_ENV, KEY_FILE_ENV, SerializationError, keyring
 
 #: Marks a sealed type: ``msgpack+aesgcm:1a2b3c4d``.
 SEALED_MARK = "+aesgcm:"
@@ -24,7 +23,7 @@ _RETIRED = "+aes"
 
 def seal(type_: str, payload: bytes) -> tuple[str, bytes]:
     """``(type, payload)`` sealed under the current key, or as is when no key is set."""
-    ring = encryption.keyring()
+    ring = keyring()
     if ring is None:
         return type_, payload
     kid, blob = ring.encrypt(payload, associated=type_.encode())
@@ -39,13 +38,13 @@ def unseal(type_: str, payload: bytes, where: str) -> tuple[str, bytes]:
         if type_.endswith(_RETIRED):
             raise SerializationError(
                 f"{where} was encrypted with PERDURE_LANGGRAPH_KEY, which perdure no longer "
-                f"reads; checkpoints are now sealed with {encryption.KEY_ENV}"
+                f"reads; checkpoints are now sealed with {KEY_ENV}"
             )
         return type_, payload
-    ring = encryption.keyring()
+    ring = keyring()
     if ring is None:
         raise SerializationError(
             f"{where} is encrypted (key {kid!r}) and no key is configured: set "
-            f"{encryption.KEY_ENV} or {encryption.KEY_FILE_ENV}"
+            f"{KEY_ENV} or {KEY_FILE_ENV}"
         )
     return inner, ring.decrypt(kid, payload, associated=inner.encode(), where=where)

@@ -43,7 +43,7 @@ from langgraph.checkpoint.serde import jsonplus as J
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from perdure.errors import ConfigurationError, SerializationError
+from perdure.spi import ConfigurationError, SerializationError
 from perdure_langgraph._compat import (
     SAFE_METHODS,
     SAFE_TYPES,

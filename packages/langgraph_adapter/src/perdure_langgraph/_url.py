@@ -6,8 +6,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from perdure.errors import ConfigurationError
-from perdure.masking import mask_url
+from perdure.spi import ConfigurationError, mask_url
 
 SYNCHRONOUS_LEVELS = ("off", "normal", "full", "extra")
 _SYNC_ALIASES = {"0": "off", "1": "normal", "2": "full", "3": "extra"}
@@ -46,7 +45,7 @@ def parse_url(url: str) -> SqliteTarget | PostgresTarget:
     database of DBOS's system tables: the checkpoints live there too.
     """
     if "://" in url:
-        from perdure.registry import state_url
+        from perdure.spi import state_url
 
         # The backend's SQL database: this URL, DBOS's own, or what e.g. Temporal names.
         url = state_url(url)

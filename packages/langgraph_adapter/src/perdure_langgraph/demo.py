@@ -32,15 +32,15 @@ from rich.markup import escape
 from rich.table import Table
 
 import perdure
-from perdure.demo_support import story as S
-from perdure.demo_support.services import (
+from perdure.spi import Event, RunInfo, RunStatus
+from perdure.testing.demo import story as S
+from perdure.testing.demo.services import (
     APPROVAL_THRESHOLD_CENTS,
     PAYMENTS,
     SERVICES_ENV,
     DemoServices,
     dollars,
 )
-from perdure.records import Event, RunInfo, RunStatus
 from perdure.testing.processes import Processes
 from perdure_langgraph.durable import turn_run_id
 
@@ -78,7 +78,7 @@ async def _demo(console: Console, url: str, tmp: Path) -> int:
 
 
 def _intro(console: Console, url: str, services: str, run_id: str) -> None:
-    from perdure.cli.common import mask_url
+    from perdure.spi import mask_url
 
     console.rule("[bold]perdure demo[/]: a LangGraph refund graph that survives a SIGKILL")
     grid = Table.grid(padding=(0, 2))

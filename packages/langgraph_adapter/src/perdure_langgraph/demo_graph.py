@@ -21,7 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 import perdure
-from perdure.demo_support.services import (
+from perdure.testing.demo.services import (
     APPROVAL_THRESHOLD_CENTS,
     EMAIL,
     ORDERS,

@@ -65,12 +65,15 @@ from perdure import (
     RunNotFoundError,
     RunStatus,
 )
-from perdure.backend import outcome
-from perdure.config import resolve_url
-from perdure.context import current_run
-from perdure.locate import find, resolve
-from perdure.registry import open_backend
-from perdure.spi import report_determinism
+from perdure.spi import (
+    current_run,
+    find_locator,
+    open_backend,
+    outcome,
+    report_determinism,
+    resolve_locator,
+    resolve_url,
+)
 from perdure_langgraph._compat import install_task_wrapper, schema_types
 from perdure_langgraph._jsonable import to_jsonable as lossy_jsonable
 from perdure_langgraph.saver import PerdureSaver, configurable
@@ -276,10 +279,10 @@ class DurableGraph:
             _located(self.graph_ref, given=True)  # the user's code named it: allowed
             return self.graph_ref
         if self._ref is None:
-            self._ref = find(self, self.compiled)
+            self._ref = find_locator(self, self.compiled)
         if self._ref is None:
             raise ConfigurationError(
-                f"cannot find graph {self.compiled.name!r} (or its durable() wrapper) as a "
+                f"cannot find_locator graph {self.compiled.name!r} (or its durable() wrapper) as a "
                 "module-level attribute of an imported module, so a worker could not "
                 "re-create it after a crash; define it at module level, or pass "
                 "durable(..., graph_ref='module:attribute') naming it or a function that "
@@ -658,7 +661,7 @@ async def _wait_stop(backend: Backend, run_id: str) -> RunInfo:
 def _located(ref: str, *, given: bool = False) -> Pregel | DurableGraph:
     """The graph ``ref`` names, calling it first when it names a factory; ``given``: the
     user's code passed ``ref`` (not stored data), so its module may be imported."""
-    found = resolve(ref, what="graph", given=given)
+    found = resolve_locator(ref, what="graph", given=given)
     if not isinstance(found, DurableGraph | Pregel) and callable(found):
         found = found()
     if not isinstance(found, DurableGraph | Pregel):

@@ -53,7 +53,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from perdure.config import resolve_url
+from perdure.spi import resolve_url
 from perdure_langgraph import _codec as C
 from perdure_langgraph import _sql as S
 from perdure_langgraph._compat import DeltaSnapshot as _DeltaSnapshot

@@ -13,8 +13,7 @@ from typing import Any, cast
 from agents import Agent, FunctionTool, Handoff
 from agents.mcp import MCPServer
 
-from perdure import locate
-from perdure.audit import Audit, Entry, declaration_of, policy_of, where
+from perdure.spi import Audit, AuditEntry, declaration_of, find_locator, policy_of, source_of
 from perdure_openai_agents import _compat
 from perdure_openai_agents._wrap import declared_spec
 
@@ -46,7 +45,7 @@ def _approval(tool: FunctionTool) -> str | None:
 def _tool(tool: Any, owner: str, audit: Audit) -> None:
     if not isinstance(tool, FunctionTool):
         audit.add(
-            Entry(
+            AuditEntry(
                 owner,
                 "hosted-tool",
                 str(getattr(tool, "name", type(tool).__name__)),
@@ -56,17 +55,17 @@ def _tool(tool: Any, owner: str, audit: Audit) -> None:
         )
         return
     fn = tool.__wrapped__ if hasattr(tool, "__wrapped__") else None
-    defined, location = where(fn) if fn is not None else (None, None)
+    defined, location = source_of(fn) if fn is not None else (None, None)
     approval = _approval(tool)
     inner = _compat.agent_of_tool(tool)
     if isinstance(inner, Agent):
         audit.add(
-            Entry(
+            AuditEntry(
                 owner,
                 "agent-tool",
                 tool.name,
                 "container",
-                defined_in=locate.find(inner),
+                defined_in=find_locator(inner),
                 approval=approval,
                 note=f"runs agent {inner.name} (its tools are listed under it)",
             )
@@ -76,7 +75,7 @@ def _tool(tool: Any, owner: str, audit: Audit) -> None:
     marked = declared_spec(tool)
     spec = marked or declaration_of(fn)
     audit.add(
-        Entry(
+        AuditEntry(
             owner,
             "function-tool",
             tool.name,
@@ -99,12 +98,12 @@ def _handoff(entry: Any, owner: str, audit: Audit) -> None:
         target = _compat.handoff_target(entry)
         name = entry.agent_name
     audit.add(
-        Entry(
+        AuditEntry(
             owner,
             "handoff",
             str(name),
             "container",
-            defined_in=None if target is None else locate.find(target),
+            defined_in=None if target is None else find_locator(target),
             note=f"hands off to agent {name} (its tools are listed under it)",
         )
     )
@@ -125,17 +124,19 @@ def _mcp_server(server: Any, owner: str, audit: Audit) -> None:
         else "its tools are known only once it is connected"
     )
     audit.add(
-        Entry(
+        AuditEntry(
             owner,
             "mcp-server",
             name,
             "container" if allowed else "undeclared",
             key=prefix,
-            defined_in=locate.find(server),
+            defined_in=find_locator(server),
             note=f"{listed}; perdure does not wrap MCP tool calls: declare them as "
             f"'{prefix}.TOOL' (or the whole server as '{prefix}') in [tool.perdure.tools]",
         )
     )
     declared = [key.removeprefix(prefix + ".") for key, _ in audit.declared_under(prefix + ".")]
     for tool in dict.fromkeys([*allowed, *declared]):
-        audit.add(Entry(owner, "mcp-tool", f"{name}.{tool}", "undeclared", key=f"{prefix}.{tool}"))
+        audit.add(
+            AuditEntry(owner, "mcp-tool", f"{name}.{tool}", "undeclared", key=f"{prefix}.{tool}")
+        )

@@ -27,7 +27,7 @@ from openai.types.responses import (
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from perdure.errors import SerializationError
+from perdure.spi import SerializationError
 from perdure_openai_agents._compat import request_id_of
 
 _ITEM = TypeAdapter(ResponseOutputItem)

@@ -16,11 +16,15 @@ from agents import Agent, GuardrailFunctionOutput, InputGuardrail, OutputGuardra
 from agents import exceptions as sdk
 from agents.guardrail import InputGuardrailResult, OutputGuardrailResult
 
-from perdure.context import StepSpec
-from perdure.errors import SerializationError, StepFailedError
-from perdure.retry import NO_RETRY
-from perdure.serialization import from_jsonable, to_jsonable
-from perdure.spi import recording_run
+from perdure.spi import (
+    NO_RETRY,
+    SerializationError,
+    StepFailedError,
+    StepSpec,
+    from_jsonable,
+    recording_run,
+    to_jsonable,
+)
 from perdure_openai_agents._codec import decoding, malformed
 
 RAISED = StepSpec("agents:raised", "step", NO_RETRY)

@@ -16,9 +16,15 @@ from agents.models.interface import Model, ModelProvider
 from openai.types.responses import ResponseCompletedEvent
 
 import perdure
-from perdure.context import StepSpec, current_run, current_step_key
-from perdure.retry import NO_RETRY, RetryPolicy
-from perdure.spi import recording_run, report_determinism
+from perdure.spi import (
+    NO_RETRY,
+    RetryPolicy,
+    StepSpec,
+    current_run,
+    current_step_key,
+    recording_run,
+    report_determinism,
+)
 from perdure_openai_agents._codec import (
     dump_model_response,
     load_model_response,

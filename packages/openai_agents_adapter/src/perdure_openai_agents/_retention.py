@@ -12,10 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from perdure.backend import Backend
-from perdure.errors import ConfigurationError
-from perdure.records import RunInfo
-from perdure.registry import state_url
+from perdure.spi import Backend, ConfigurationError, RunInfo, state_url
 from perdure_openai_agents.session import TABLE, _open_store, _Postgres, _Sqlite
 
 __all__ = ["purge"]

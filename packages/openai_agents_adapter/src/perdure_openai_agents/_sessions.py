@@ -22,10 +22,7 @@ from agents.memory.session import Session, SessionABC
 from agents.memory.session_settings import SessionSettings
 from agents.memory.sqlite_session import SQLiteSession
 
-from perdure.context import StepSpec
-from perdure.locate import find
-from perdure.retry import NO_RETRY
-from perdure.spi import recording_run
+from perdure.spi import NO_RETRY, StepSpec, find_locator, recording_run
 from perdure_openai_agents._codec import malformed
 from perdure_openai_agents._errors import raise_step_failure
 from perdure_openai_agents.session import PerdureSession
@@ -251,7 +248,7 @@ def describe(session: Session | None, ref: str | None) -> dict[str, Any] | None:
     limit = None if settings is None else settings.limit
     if isinstance(session, PerdureSession):
         return {"kind": "perdure", "session_id": session.session_id, "url": session.url}
-    found = ref or find(session)
+    found = ref or find_locator(session)
     if found is not None:
         return {"kind": "ref", "ref": found}
     if type(session) is SQLiteSession and str(session.db_path) != ":memory:":

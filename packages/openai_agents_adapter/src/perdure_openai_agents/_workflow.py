@@ -29,11 +29,14 @@ from agents.result import RunResult, RunResultStreaming
 from agents.run_state import RunState
 
 import perdure
-from perdure.context import current_run
-from perdure.errors import SerializationError
-from perdure.locate import resolve
-from perdure.retry import RetryPolicy
-from perdure.serialization import from_jsonable, to_jsonable
+from perdure.spi import (
+    RetryPolicy,
+    SerializationError,
+    current_run,
+    from_jsonable,
+    resolve_locator,
+    to_jsonable,
+)
 from perdure_openai_agents import _sessions
 from perdure_openai_agents._errors import record_raised
 from perdure_openai_agents._model import determinism_error
@@ -216,7 +219,7 @@ def _missing(run_id: str, what: str, detail: str) -> perdure.DeterminismError:
 
 def _resolve_here(ref: str, what: str, run_id: str) -> Any:
     try:
-        return resolve(ref, what=what)
+        return resolve_locator(ref, what=what)
     except perdure.ConfigurationError as exc:
         raise _missing(run_id, what, str(exc)) from exc
 

@@ -17,9 +17,7 @@ from agents import FunctionTool
 from agents.models.interface import Model
 from agents.tool_context import ToolContext
 
-from perdure.context import StepKind, StepSpec
-from perdure.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
-from perdure.spi import recording_run
+from perdure.spi import DEFAULT_RETRY, NO_RETRY, RetryPolicy, StepKind, StepSpec, recording_run
 from perdure_openai_agents import _compat
 from perdure_openai_agents._codec import encode_tool_output, tool_record
 from perdure_openai_agents._errors import raise_step_failure

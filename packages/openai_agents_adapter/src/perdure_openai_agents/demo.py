@@ -31,15 +31,15 @@ from rich.markup import escape
 from rich.table import Table
 
 import perdure
-from perdure.demo_support import story as S
-from perdure.demo_support.services import (
+from perdure.spi import EventKind, RunInfo, RunStatus
+from perdure.testing.demo import story as S
+from perdure.testing.demo.services import (
     APPROVAL_THRESHOLD_CENTS,
     PAYMENTS,
     SERVICES_ENV,
     DemoServices,
     dollars,
 )
-from perdure.records import EventKind, RunInfo, RunStatus
 from perdure.testing.processes import Processes
 
 ORDER_ID = S.ORDER_ID
@@ -80,7 +80,7 @@ async def _demo(console: Console, url: str, tmp: Path) -> int:
 
 
 def _intro(console: Console, url: str, services: str, run_id: str, real: bool) -> None:
-    from perdure.cli.common import mask_url
+    from perdure.spi import mask_url
 
     model = "gpt-4.1-mini (OPENAI_API_KEY is set)" if real else "scripted (no OPENAI_API_KEY)"
     console.rule("[bold]perdure demo[/]: a refund agent that survives a SIGKILL")

@@ -21,7 +21,7 @@ from typing import Any
 from agents import Agent, RunContextWrapper, function_tool
 
 import perdure
-from perdure.demo_support.services import (
+from perdure.testing.demo.services import (
     APPROVAL_THRESHOLD_CENTS,
     EMAIL,
     ORDERS,

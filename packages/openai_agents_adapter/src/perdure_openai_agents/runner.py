@@ -21,19 +21,22 @@ from agents.stream_events import StreamEvent
 
 import perdure
 from perdure import Backend, ConfigurationError, RunHandle, RunInfo, RunStatus
-from perdure.config import resolve_url
-from perdure.errors import (
+from perdure.spi import (
     DeterminismError,
+    Event,
+    EventKind,
     NeedsAttentionError,
+    RetryPolicy,
     RunFailedError,
     SerializationError,
+    check_replay,
+    find_locator,
+    from_jsonable,
+    open_backend,
+    resolve_locator,
+    resolve_url,
+    to_jsonable,
 )
-from perdure.locate import find, resolve
-from perdure.records import Event, EventKind
-from perdure.registry import open_backend
-from perdure.retry import RetryPolicy
-from perdure.serialization import from_jsonable, to_jsonable
-from perdure.spi import check_replay
 from perdure_openai_agents import _compat, _errors, _sessions
 from perdure_openai_agents._workflow import LOCAL, RESULT_LISTS, Local, StreamSink, agent_run
 
@@ -266,10 +269,10 @@ def _ref(obj: Any, given: str | None, spec: dict[str, Any], name: str) -> None:
     if obj is None:
         return
     if given is not None:
-        resolve(given, what=name.replace("_", " "), given=True)  # a bad one fails now
+        resolve_locator(given, what=name.replace("_", " "), given=True)  # a bad one fails now
         spec[name] = given
         return
-    found = find(obj)
+    found = find_locator(obj)
     if found is not None:
         spec[name] = found
     else:
@@ -323,19 +326,19 @@ def _prepare(
         "approvals": approvals,
     }
     if agent_ref is not None:
-        target = resolve(agent_ref, what="agent", given=True)
+        target = resolve_locator(agent_ref, what="agent", given=True)
         if not isinstance(target, Agent) and not callable(target):
             raise ConfigurationError(
                 f"agent_ref {agent_ref!r} names neither an Agent nor a factory"
             )
         spec["agent"] = agent_ref
     else:
-        spec["agent"] = find(starting_agent)
+        spec["agent"] = find_locator(starting_agent)
     _ref(run_config, run_config_ref, spec, "run_config")
     _ref(hooks, hooks_ref, spec, "hooks")
     _ref(error_handlers, error_handlers_ref, spec, "error_handlers")
     if context_ref is not None:
-        resolve(context_ref, what="context factory", given=True)
+        resolve_locator(context_ref, what="context factory", given=True)
         spec["context_ref"] = context_ref
     if context is not None and not isinstance(input, RunState):
         try:

@@ -22,10 +22,7 @@ from agents.memory.session import SessionABC
 from agents.memory.session_settings import SessionSettings
 
 from perdure import ConfigurationError
-from perdure.config import resolve_url
-from perdure.context import StepSpec, current_run
-from perdure.retry import RetryPolicy
-from perdure.spi import recording_run
+from perdure.spi import RetryPolicy, StepSpec, current_run, recording_run, resolve_url
 
 TABLE = "agent_session_items"
 
@@ -44,7 +41,7 @@ def run_store_url() -> str | None:
 
 class _Sqlite:
     def __init__(self, url: str) -> None:
-        from perdure.stores.sqlite import parse_sqlite_url
+        from perdure.spi import parse_sqlite_url
 
         self.path, self.synchronous = parse_sqlite_url(url)
         self._db: sqlite3.Connection | None = None
@@ -126,7 +123,7 @@ class _Sqlite:
 class _Postgres:
     def __init__(self, url: str) -> None:
         try:
-            from perdure.stores.postgres import parse_postgres_url
+            from perdure.spi import parse_postgres_url
         except ImportError as exc:  # pragma: no cover - without perdure[postgres]
             raise ConfigurationError(
                 f"PerdureSession on {url.split('@')[-1]!r} needs psycopg: "
@@ -222,7 +219,7 @@ class _Postgres:
 
 
 def _open_store(url: str) -> _Sqlite | _Postgres:
-    from perdure.registry import state_url
+    from perdure.spi import state_url
 
     # The SQL database of the backend: the store itself, DBOS's own database, or what a
     # Temporal URL names for adapter state.

@@ -44,21 +44,31 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from perdure import tracing
-from perdure.backend import Backend, ReconcileOutcome, RunHandle, run_filter
-from perdure.errors import (
+from perdure.spi import (
     ApprovalNotPendingError,
+    Backend,
     BackendUnavailableError,
     ConfigurationError,
     CorruptHistoryError,
+    Event,
+    EventKind,
     InvalidRunStateError,
+    NewEvent,
+    ReconcileOutcome,
+    RunHandle,
+    RunInfo,
     RunNotFoundError,
+    RunStatus,
     SerializationError,
+    Workflow,
+    approvals,
+    events,
+    guards,
+    registered_workflows,
+    run_filter,
+    to_jsonable,
+    trace_context,
 )
-from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus
-from perdure.semantics import approvals, events, guards
-from perdure.serialization import to_jsonable
-from perdure.workflow import Workflow, registered_workflows
 from perdure_temporal.codec import Values
 from perdure_temporal.drive import Drives
 from perdure_temporal.faults import ride_out
@@ -407,7 +417,7 @@ class TemporalBackend(Backend):
             "attention": None,
             "parent_run_id": parent_run_id,
             # the caller's trace context: every drive's span continues that trace
-            "details": tracing.start_context(run_id, workflow.name),
+            "details": trace_context(run_id, workflow.name),
         }
         event = {
             "kind": EventKind.RUN_STARTED.value,

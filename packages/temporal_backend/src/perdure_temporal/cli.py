@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from perdure.cli.common import execute
-from perdure.config import resolve_url
+from perdure.spi import resolve_url, run_cli_command
 from perdure_temporal.setup import ensure_search_attributes
 
 app = typer.Typer(
@@ -35,4 +34,4 @@ def setup(
             f"added: {', '.join(added)}" if added else "perdure's search attributes are present"
         )
 
-    execute(body)
+    run_cli_command(body)

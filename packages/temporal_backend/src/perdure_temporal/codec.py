@@ -11,9 +11,15 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from perdure.errors import CorruptHistoryError
-from perdure.records import Event, EventKind, NewEvent, RunInfo, RunStatus
-from perdure.semantics import approvals
+from perdure.spi import (
+    CorruptHistoryError,
+    Event,
+    EventKind,
+    NewEvent,
+    RunInfo,
+    RunStatus,
+    approvals,
+)
 from perdure_temporal.payloads import PayloadError, PayloadStore
 from perdure_temporal.url import TemporalUrl
 

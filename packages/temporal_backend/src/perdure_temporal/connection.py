@@ -8,7 +8,7 @@ profile), then from the URL: its host and namespace, ``tls=true``, ``tls_ca=``,
 ``tls_cert=``, ``tls_key=`` (PEM files, for mTLS), ``tls_server_name=``, and
 ``api_key_env=`` (the variable holding the API key — a key never goes into a URL, which
 is logged). With perdure's encryption key configured (``PERDURE_ENCRYPTION_KEY``, see
-``perdure.encryption``) every payload perdure sends to Temporal is sealed with it
+``perdure.spi.keyring``) every payload perdure sends to Temporal is sealed with it
 (``perdure_temporal.sealing``); a payload codec set with ``use_payload_codec`` replaces
 that one. Failure messages are then encoded too (they can quote user data).
 """
@@ -24,8 +24,7 @@ from temporalio.converter import DataConverter, DefaultFailureConverter, Payload
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import TLSConfig
 
-from perdure.encryption import keyring
-from perdure.errors import ConfigurationError
+from perdure.spi import ConfigurationError, keyring
 from perdure_temporal.sealing import KeyringCodec
 
 if TYPE_CHECKING:

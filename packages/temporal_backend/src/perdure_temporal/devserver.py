@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from perdure.errors import BackendUnavailableError, ConfigurationError
+from perdure.spi import BackendUnavailableError, ConfigurationError
 
 #: perdure's search attributes, registered when the server starts.
 SEARCH_ATTRIBUTES = {

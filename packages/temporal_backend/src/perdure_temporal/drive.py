@@ -2,7 +2,7 @@
 
 One attempt of a drive: ``begin`` (an update that admits this attempt and fences out
 every earlier one), read the run's history from Temporal, and run
-``perdure.semantics.drive`` on a ``DriveJournal`` — both framework adapters run
+``perdure.spi.drive`` on a ``DriveJournal`` — both framework adapters run
 unchanged, outside any sandbox — whose every append is one ``append`` update fenced by
 this attempt, except the last (the run's stop), which is the attempt's result. The
 attempt heartbeats; a worker that dies anywhere is a heartbeat timeout, and Temporal
@@ -32,17 +32,22 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from perdure.errors import (
+from perdure.spi import (
     CorruptHistoryError,
+    Drained,
+    EventKind,
     LeaseLostError,
+    NewEvent,
     PerdureError,
+    RunInfo,
+    RunUpdate,
+    SignalRecord,
     SubstrateError,
     classify,
+    drive,
+    get_workflow,
+    park_broken,
 )
-from perdure.records import EventKind, NewEvent, RunInfo, SignalRecord
-from perdure.semantics import Drained, drive, park_broken
-from perdure.store import RunUpdate
-from perdure.workflow import get_workflow
 from perdure_temporal.codec import Values
 from perdure_temporal.faults import is_transient, ride_out
 from perdure_temporal.history import read_history
@@ -57,7 +62,7 @@ ZOMBIE_GRACE = 30.0
 
 
 class DriveJournal:
-    """The ``perdure.semantics.Journal`` of one drive attempt: fenced ``append``
+    """The ``perdure.spi.Journal`` of one drive attempt: fenced ``append``
     updates to the run's workflow, and its inbox as ``begin`` and each append saw it."""
 
     def __init__(
@@ -316,7 +321,7 @@ class Drives:
         info = journal.info
         workflow = get_workflow(info.workflow)
         try:
-            # perdure.semantics reports the drive to the metrics and traces observers
+            # perdure.spi.drive reports the drive to the metrics and traces observers
             status = await drive(
                 journal, workflow, info.input, history, carried=carried, details=info.details
             )

@@ -22,7 +22,7 @@ from typing import TypeVar
 from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
-from perdure.errors import BackendUnavailableError, Fault, register_classifier
+from perdure.spi import BackendUnavailableError, Fault, register_classifier
 
 log = logging.getLogger("perdure.temporal")
 
@@ -60,7 +60,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def temporal_fault(exc: BaseException) -> Fault | None:
-    """perdure's classifier hook (``perdure.errors.register_classifier``) for Temporal."""
+    """perdure's classifier hook (``perdure.spi.register_classifier``) for Temporal."""
     return "transient" if is_transient(exc) else None
 
 

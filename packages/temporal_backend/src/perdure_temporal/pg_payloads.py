@@ -17,8 +17,7 @@ from psycopg import Connection, sql
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from perdure.masking import mask_url
-from perdure.stores.postgres import parse_postgres_url
+from perdure.spi import mask_url, parse_postgres_url
 from perdure_temporal.payloads import PayloadStore, verified
 
 

@@ -1,4 +1,4 @@
-"""Temporal payloads sealed with perdure's own keyring (``perdure.encryption``).
+"""Temporal payloads sealed with perdure's own keyring (``perdure.spi.keyring``).
 
 With ``PERDURE_ENCRYPTION_KEY`` (or a key file) configured, every payload perdure sends
 to Temporal — the run's start, each step's record, signals, memos, heartbeats, drive
@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
-from perdure.encryption import KEY_ENV, KEY_FILE_ENV, Keyring
-from perdure.errors import SerializationError
+from perdure.spi import KEY_ENV, KEY_FILE_ENV, Keyring, SerializationError
 
 __all__ = ["ENCODING", "KeyringCodec"]
 

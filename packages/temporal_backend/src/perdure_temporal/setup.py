@@ -22,7 +22,7 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from perdure.errors import BackendUnavailableError
+from perdure.spi import BackendUnavailableError
 from perdure_temporal.url import TemporalUrl
 from perdure_temporal.workflow import SEARCH_ATTRIBUTES
 

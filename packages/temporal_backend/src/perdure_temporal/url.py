@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
-from perdure.errors import ConfigurationError
-from perdure.urls import split_url
+from perdure.spi import ConfigurationError, split_url
 
 DEFAULT_PORT = 7233
 DEFAULT_TASK_QUEUE = "perdure"

@@ -58,9 +58,9 @@ MEMO = "perdure"
 INPUT_MEMO = "perdure_input"
 
 TERMINAL = ("succeeded", "failed", "cancelled")
-#: Event kinds that record a step's outcome (``perdure.records.EventKind``).
+#: Event kinds that record a step's outcome (``perdure.spi.EventKind``).
 OUTCOMES = ("step_completed", "step_failed")
-#: ``perdure.semantics.attention.Attention.UNKNOWN_OUTCOME``.
+#: ``perdure.spi.Attention.UNKNOWN_OUTCOME``.
 UNKNOWN_OUTCOME = "unknown-outcome"
 
 #: Error types a refused update carries (``ApplicationError.type``).
@@ -68,7 +68,7 @@ STALE_DRIVE = "PerdureStaleDrive"
 INVALID_STATE = "PerdureInvalidRunState"
 APPROVAL_NOT_PENDING = "PerdureApprovalNotPending"
 
-#: ``perdure.semantics.approvals``, restated with the standard library (the workflow
+#: ``perdure.spi.approvals``, restated with the standard library (the workflow
 #: imports nothing else): an answer to an approval is stored under its request's
 #: channel, only while the run waits on it, and storing it clears the wait.
 APPROVAL = "approval"

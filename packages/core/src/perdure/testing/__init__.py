@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Sequence
 
-from perdure.backend import Backend
-from perdure.records import Event, EventKind, RunInfo, RunStatus
+from perdure._backend import Backend
+from perdure._records import Event, EventKind, RunInfo, RunStatus
 from perdure.testing.patience import Patience
 from perdure.testing.processes import Process, Processes
 from perdure.testing.receivers import Receiver, post

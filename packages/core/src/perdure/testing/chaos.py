@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import perdure
-from perdure.backend import Backend
-from perdure.records import EventKind, RunInfo, RunStatus
-from perdure.semantics.attention import Attention
+from perdure._backend import Backend
+from perdure._records import EventKind, RunInfo, RunStatus
+from perdure._semantics.attention import Attention
 from perdure.testing.patience import Patience
 from perdure.testing.processes import Process, Processes
 from perdure.testing.receivers import Receiver, post

@@ -10,9 +10,9 @@ import asyncio
 import importlib
 import json
 
-from perdure.api import connect, shutdown
-from perdure.locate import allow_module
-from perdure.workflow import get_workflow
+from perdure._api import connect, shutdown
+from perdure._locate import allow_module
+from perdure._workflow import get_workflow
 
 
 async def _main(ns: argparse.Namespace) -> None:

@@ -74,7 +74,7 @@ _MEMORY: dict[str, Any] = {}
 @contextlib.contextmanager
 def memory_url(tmp_path: Path) -> Generator[str]:
     """A fresh in-memory store (this process only), dropped afterwards."""
-    from perdure.stores.memory import MemoryStore
+    from perdure._stores.memory import MemoryStore
 
     url = f"memory://{uuid.uuid4().hex}"
     _MEMORY[url] = MemoryStore(url)
@@ -86,8 +86,8 @@ def memory_url(tmp_path: Path) -> Generator[str]:
 
 def open_memory_backend(url: str) -> Any:
     """``memory://`` URLs (the test column only): the embedded engine on the shared store."""
-    from perdure.engine.backend import EmbeddedBackend
-    from perdure.errors import ConfigurationError
+    from perdure._engine.backend import EmbeddedBackend
+    from perdure._errors import ConfigurationError
 
     store = _MEMORY.get(url)
     if store is None:
@@ -171,7 +171,7 @@ def store_corrupter(name: str) -> Corrupter:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from perdure.registry import register_backend
+    from perdure._registry import register_backend
 
     register_backend("memory", open_memory_backend)
     config.addinivalue_line(
@@ -233,7 +233,7 @@ def perdure_corrupt(perdure_store: str, perdure_url: str) -> Callable[[str, int]
 @pytest.fixture
 async def perdure_backend(perdure_url: str) -> AsyncIterator[Any]:
     """An opened backend on ``perdure_url``, closed after the test."""
-    from perdure.registry import open_backend
+    from perdure._registry import open_backend
 
     backend = open_backend(perdure_url)
     await backend.open()
