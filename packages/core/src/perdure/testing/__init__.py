@@ -3,6 +3,8 @@
 The pytest plugin (``perdure.testing.plugin``, loaded automatically) provides the
 fixtures ``perdure_url`` (one real store per parameter, chosen by
 ``PERDURE_TEST_STORES``), ``perdure_backend``, ``receiver`` and ``processes``.
+``perdure.testing.demo`` holds the services (payments, mail relay) and the bookkeeping an
+adapter's ``perdure demo`` story uses.
 """
 
 from __future__ import annotations
