@@ -76,6 +76,7 @@ WATCHED = (
 )
 #: Seconds the dev server takes to publish a request in its counters.
 METRICS_DELAY = 3.0
+_IDS = re.compile(r"[0-9a-f]{32}")
 _SAMPLE = re.compile(r"^service_requests\{(?P<labels>[^}]*)\}\s+(?P<value>[0-9.e+]+)$")
 
 
@@ -123,6 +124,11 @@ def server_requests(metrics_port: int) -> Counter[str]:
     return out
 
 
+def _reason(exc: BaseException) -> str:
+    """Why a run failed, without its ids (so runs that failed alike count together)."""
+    return _IDS.sub("<id>", f"{type(exc).__name__}: {exc}")[:200]
+
+
 async def bare_concurrent(client: Client, runs: int, steps: int, io: float) -> tuple[float, int]:
     t0 = time.perf_counter()
     failures: Counter[str] = Counter()
@@ -146,7 +152,7 @@ async def bare_concurrent(client: Client, runs: int, steps: int, io: float) -> t
             result = await ride_out(f"result of {workflow_id}", handle.result)
             return bool(result == sum(range(steps)))
         except Exception as exc:
-            failures[f"{type(exc).__name__}: {exc}"[:200]] += 1
+            failures[_reason(exc)] += 1
             return False
 
     ok = await asyncio.gather(*(one() for _ in range(runs)))
@@ -166,7 +172,7 @@ async def perdure_concurrent(backend: Any, runs: int, steps: int, io: float) -> 
             )
             return bool(await handle.result() == sum(range(steps)))
         except Exception as exc:
-            failures[f"{type(exc).__name__}: {exc}"[:200]] += 1
+            failures[_reason(exc)] += 1
             return False
 
     ok = await asyncio.gather(*(one() for _ in range(runs)))
