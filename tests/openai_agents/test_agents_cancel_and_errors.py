@@ -87,12 +87,6 @@ async def test_cancelling_the_caller_cancels_the_drive_and_the_run_stays_resumab
     assert info.status in (RunStatus.PENDING, RunStatus.RUNNING)
 
 
-@pytest.mark.perdure_not_on(
-    "temporal",
-    reason="on Temporal the drive runs in the substrate's own task (a Temporal activity), "
-    "which takes a CancelledError from the run's code as its own cancellation: the caller "
-    "waits on and is never told (open in #12/#15)",
-)
 async def test_a_cancelled_error_raised_by_a_session_reaches_the_caller_as_itself(
     perdure_backend: Any,
 ) -> None:

@@ -484,12 +484,32 @@ class TemporalBackend(Backend):
         else:
             await self.open()
         try:
-            return await asyncio.wait_for(self._until(run_id, STOPPED), timeout)
+            return await asyncio.wait_for(self._stopped(run_id), timeout)
         except TimeoutError:
             info = await self.get_run(run_id)
             raise TimeoutError(
                 f"run {run_id!r} still {info.status.value} after {timeout}s"
             ) from None
+
+    async def _stopped(self, run_id: str) -> RunInfo:
+        """The run once it stopped; or the ``CancelledError`` its own code raised in a
+        drive of this process (a session's, a tool's), raised here as itself."""
+        drives = self._drives
+        if drives is None:
+            return await self._until(run_id, STOPPED)
+        raised = drives.raised(run_id)
+        until = asyncio.ensure_future(self._until(run_id, STOPPED))
+        try:
+            await asyncio.wait((until, raised), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not until.done():
+                until.cancel()
+                with contextlib.suppress(BaseException):
+                    await until
+        if until.done() and not until.cancelled():
+            drives.forget_raised(run_id)
+            return until.result()
+        raise raised.result()
 
     async def _until(self, run_id: str, statuses: Sequence[RunStatus]) -> RunInfo:
         """Long-poll the run's history; read the run again only when its record changed.

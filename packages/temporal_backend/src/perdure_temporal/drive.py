@@ -242,6 +242,20 @@ class Drives:
         self.running: dict[str, asyncio.Task[Any]] = {}
         #: This process is shutting down: every drive stops before its next step.
         self.draining = False
+        #: By run: the ``CancelledError`` its own code (a session, a tool) raised in the
+        #: last drive here, for a caller's ``wait`` to raise, as on every backend.
+        self._raised: dict[str, asyncio.Future[asyncio.CancelledError]] = {}
+
+    def raised(self, run_id: str) -> asyncio.Future[asyncio.CancelledError]:
+        """Resolved with the ``CancelledError`` the run's own code raises in a drive here."""
+        future = self._raised.get(run_id)
+        if future is None:
+            future = self._raised[run_id] = asyncio.get_running_loop().create_future()
+        return future
+
+    def forget_raised(self, run_id: str) -> None:
+        """The run stopped: no drive here will raise for it."""
+        self._raised.pop(run_id, None)
 
     def workflow_id(self, run_id: str) -> str:
         return f"{self.config.id_prefix}{run_id}"
@@ -272,6 +286,8 @@ class Drives:
                     return {"stale": True}  # a later attempt, or the run's end, came first
                 raise
         assert begun is not None
+        if run_id in self._raised and self._raised[run_id].done():
+            del self._raised[run_id]  # told; this drive may go otherwise
         journal = DriveJournal(self, handle, run_id, begun)
         # Kept in this attempt's heartbeats until an append lands (a second crash).
         journal.unrecorded = _unrecorded(info.heartbeat_details)
@@ -330,6 +346,15 @@ class Drives:
             return {"stale": True}
         except Drained:
             return {"again": True}  # the workflow schedules the next drive
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the activity is cancelled (see ``_await_drive``)
+            # The run's own code raised it: not the activity's cancellation. The caller
+            # is told; the attempt fails, and Temporal drives the run again later.
+            if not self.raised(run_id).done():
+                self.raised(run_id).set_result(exc)
+            raise _interrupted(journal, exc) from None
         except Exception as exc:
             if _transient(exc):
                 raise _interrupted(journal, exc) from None
