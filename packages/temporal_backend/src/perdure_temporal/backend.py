@@ -75,6 +75,7 @@ from perdure_temporal.faults import ride_out
 from perdure_temporal.history import read_history
 from perdure_temporal.payloads import PayloadStore, open_payloads
 from perdure_temporal.url import TemporalUrl, with_task_queue
+from perdure_temporal.versioning import deployment_version, pinned
 from perdure_temporal.worker import (
     WorkflowWorker,
     drive_worker,
@@ -122,6 +123,8 @@ class TemporalBackend(Backend):
         self.url = url
         self.config = TemporalUrl.parse(url)
         self.values = Values(self.config, payloads or open_payloads(self.config))
+        #: This process's code version as a Worker Deployment version (or None).
+        self.version = deployment_version(self.config.task_queue)
         self._client: Client | None = None
         self._workflows: WorkflowWorker | None = None
         self._drives: Drives | None = None
@@ -155,7 +158,7 @@ class TemporalBackend(Backend):
             workflows: WorkflowWorker | None = None
             if cfg.role != "drives":
                 workflows = WorkflowWorker(
-                    connect, cfg.task_queue, sticky_timeout(cfg.heartbeat_timeout)
+                    connect, cfg.task_queue, sticky_timeout(cfg.heartbeat_timeout), self.version
                 )
                 await asyncio.to_thread(workflows.start)
             self._client = client
@@ -202,6 +205,7 @@ class TemporalBackend(Backend):
                 concurrency,
                 self.config.heartbeat_timeout,
                 rate=rate,
+                version=self.version,
             )
             self._drives, self._drive_worker = drives, worker
             self._drive_task = asyncio.get_running_loop().create_task(
@@ -459,6 +463,8 @@ class TemporalBackend(Backend):
                         ]
                     ),
                     static_summary=f"perdure run of {workflow.name}",
+                    # on the workers of the code it starts on (Worker Versioning)
+                    versioning_override=pinned(self.version),
                 ),
             )
             if started.first_execution_run_id is not None:
@@ -598,6 +604,7 @@ class TemporalBackend(Backend):
         self.url = with_task_queue(self.url, task_queue)
         self.config = TemporalUrl.parse(self.url)
         self.values = Values(self.config, self.values.payloads)
+        self.version = deployment_version(task_queue)
         await self.open()
 
     @property

@@ -4,10 +4,11 @@ A loaded worker or a restarting server shows as states that pass by themselves:
 ``WorkflowNotReady`` (the workflow's first task has not completed, or its last one
 failed and is being retried), "Workflow Task in failed state" on a query, an update
 whose RPC timed out (``WorkflowUpdateRPCTimeoutOrCancelledError``), ``UNAVAILABLE`` and
-``DEADLINE_EXCEEDED``. None of them says anything about the run: the call is sent
-again (an update with the same update id, which Temporal applies at most once), with
-capped, jittered backoff, and only after ``budget`` seconds does the caller see a
-``BackendUnavailableError`` — never the workflow's code.
+``DEADLINE_EXCEEDED``, and a pin to a code version whose workers' first poll the server
+has not registered yet (``versioning.py``). None of them says anything about the run:
+the call is sent again (an update with the same update id, which Temporal applies at
+most once), with capped, jittered backoff, and only after ``budget`` seconds does the
+caller see a ``BackendUnavailableError`` — never the workflow's code.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateRPCTimeout
 from temporalio.service import RPCError, RPCStatusCode
 
 from perdure.spi import BackendUnavailableError, Fault, register_classifier
+from perdure_temporal.versioning import version_not_polled_yet
 
 log = logging.getLogger("perdure.temporal")
 
@@ -48,7 +50,7 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, WorkflowUpdateRPCTimeoutOrCancelledError | TimeoutError):
         return True
     if isinstance(exc, RPCError):
-        if exc.status in _TRANSIENT_CODES:
+        if exc.status in _TRANSIENT_CODES or version_not_polled_yet(exc):
             return True
         text = exc.message.lower()
         return exc.status is RPCStatusCode.FAILED_PRECONDITION and any(

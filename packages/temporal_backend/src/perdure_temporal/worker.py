@@ -14,9 +14,11 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHistory
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.converter import DataConverter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
+from perdure_temporal.versioning import deployment_config
 from perdure_temporal.workflow import PerdureRun
 
 #: The longest a workflow task waits on the sticky queue of the worker that last ran
@@ -41,10 +43,17 @@ DRAIN_TIMEOUT = timedelta(seconds=30)
 class WorkflowWorker:
     """A Temporal worker for ``perdure.run`` on one task queue, on its own thread."""
 
-    def __init__(self, connect: dict[str, Any], task_queue: str, sticky: timedelta) -> None:
+    def __init__(
+        self,
+        connect: dict[str, Any],
+        task_queue: str,
+        sticky: timedelta,
+        version: WorkerDeploymentVersion | None = None,
+    ) -> None:
         self.connect = connect
         self.task_queue = task_queue
         self.sticky = sticky
+        self.version = version
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -89,6 +98,7 @@ class WorkflowWorker:
             workflow_runner=UnsandboxedWorkflowRunner(),
             sticky_queue_schedule_to_start_timeout=self.sticky,
             max_concurrent_workflow_tasks=64,
+            deployment_config=deployment_config(self.version),
         )
         async with worker:
             self._ready.set()
@@ -103,10 +113,12 @@ def drive_worker(
     heartbeat_timeout: float,
     *,
     rate: float | None = None,
+    version: WorkerDeploymentVersion | None = None,
 ) -> Worker:
     """A worker for the ``perdure.drive`` activity, ``concurrency`` drives at a time;
     with ``rate``, at most that many activities started per second on the task queue
-    (the server enforces it across all workers) and by this worker."""
+    (the server enforces it across all workers) and by this worker; with ``version``,
+    it polls as that version of the task queue's deployment (``versioning.py``)."""
     return Worker(
         client,
         task_queue=task_queue,
@@ -114,6 +126,8 @@ def drive_worker(
         max_concurrent_activities=concurrency,
         max_task_queue_activities_per_second=rate,
         max_activities_per_second=rate,
+        # Drives of a run pinned to a code version go only to workers of that version.
+        deployment_config=deployment_config(version),
         graceful_shutdown_timeout=DRAIN_TIMEOUT,
         # The SDK sends a heartbeat at most every 0.8x the timeout by default, which
         # leaves a loaded worker a fifth of it: send one every quarter instead. (Every
