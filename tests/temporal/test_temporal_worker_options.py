@@ -41,11 +41,10 @@ async def test_queue_concurrency_and_rate_reach_the_temporal_worker(tmp_path: Pa
         assert config["max_activities_per_second"] == 2.5
 
         # The run starts on the queue; only the worker serving it drives it.
-        await starter.start(temporal_flows.story, (), {}, run_id="queued")
-        await starter.signal("queued", "go", "ok")
+        await starter.start(temporal_flows.big_results, (1, 1), {}, run_id="queued")
         info = await starter.wait("queued", timeout=60, drive=False)
         assert info.status is RunStatus.SUCCEEDED
-        assert info.result == "ok"
+        assert info.result == 1024
     finally:
         stop.set()
         await serving
