@@ -587,8 +587,9 @@ class TemporalBackend(Backend):
     ) -> None:
         """Be a Temporal worker on the task queue (``queue``, else the URL's): workflow
         tasks, and ``concurrency`` drives at a time; ``rate`` is the task queue's
-        activity rate limit (drives and ``activity=True`` effects started per second by
-        all its workers together, which the server enforces)."""
+        activity rate limit (drives started per second by all its workers together,
+        which the server enforces; a drive runs a run up to its next wait, so this
+        bounds runs started or resumed per second, not the model calls within one)."""
         if not registered_workflows():
             raise ConfigurationError(
                 "this worker has no registered workflows; import the module that defines them"

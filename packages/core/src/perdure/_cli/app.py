@@ -399,8 +399,9 @@ def worker_cmd(
         typer.Option(
             "--rate",
             help="At most this much work started per second from the queue by all its "
-            "workers together (5/s, 300/m): an LLM's rate limit. Temporal: the task "
-            "queue's activity rate.",
+            "workers together (5/s, 300/m), e.g. to keep under an LLM's rate limit. "
+            "Temporal: drives started on the task queue (a drive runs a run up to its "
+            "next wait).",
             show_default=False,
         ),
     ] = None,
