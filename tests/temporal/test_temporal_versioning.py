@@ -13,7 +13,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 
 from perdure import RunStatus
-from perdure.registry import open_backend
+from perdure._registry import open_backend
 from perdure_temporal import TemporalBackend
 from perdure_temporal.testing import fresh_url
 
