@@ -1,11 +1,27 @@
-"""Start a DBOS run in a process of its own (``dbos_drive``), for the crash tests."""
+"""Start a DBOS run in a process of its own (``dbos_drive``), for the crash tests, and
+wait for a condition on other processes' runs."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from perdure.testing import Process, Processes
+from perdure.testing import Patience, Process, Processes
+
+
+async def until(check: Callable[[], Awaitable[Any]], what: str, stall: float = 60.0) -> None:
+    """Wait until ``check()`` is true; fail after ``stall`` seconds without a change."""
+    patience = Patience(stall)
+    while True:
+        state = await check()
+        if state is True:
+            return
+        patience.observe(state)
+        if patience.expired():
+            raise TimeoutError(f"{what}: still {state!r} after {patience.waited():.0f}s")
+        await asyncio.sleep(0.05)
 
 
 def drive(

@@ -8,32 +8,17 @@ shut down, or when its process is gone from this host.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from dbos_spawn import drive
+from dbos_spawn import drive, until
 
 import perdure
 from perdure import RunStatus
-from perdure.testing import Patience, Processes, Receiver, wait_for_status
+from perdure.testing import Processes, Receiver, wait_for_status
 
 ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_ATTENTION)
 #: A short executor timeout, so a dead host's runs are taken over soon.
 FAST = {"PERDURE_DBOS_EXECUTOR_TIMEOUT": "4"}
-
-
-async def until(check: Callable[[], Awaitable[Any]], what: str, stall: float = 60.0) -> None:
-    """Wait until ``check()`` is true; fail after ``stall`` seconds without a change."""
-    patience = Patience(stall)
-    while True:
-        state = await check()
-        if state is True:
-            return
-        patience.observe(state)
-        if patience.expired():
-            raise TimeoutError(f"{what}: still {state!r} after {patience.waited():.0f}s")
-        await asyncio.sleep(0.05)
 
 
 async def test_a_dead_executor_of_another_host_is_recovered_by_a_live_worker(

@@ -26,6 +26,7 @@ from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from dbos import DBOS, DBOSConfig, DBOSPortableJSONSerializer, SetWorkflowID
+from dbos import error as dbos_errors
 
 from perdure.spi import (
     ApprovalNotPendingError,
@@ -92,10 +93,15 @@ FOREVER = 10 * 365 * 24 * 3600.0
 #: DBOS's statuses of a workflow that returned: the run ended.
 ENDED = ("SUCCESS", "ERROR", "CANCELLED")
 STOPPED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_ATTENTION)
-#: ``wait``'s re-reads of a run another process drives: from this, doubling up to DBOS's
-#: own result-polling interval (runs of this process wake it as they change).
-POLL = 0.02
-POLL_MAX = 1.0
+#: The DBOS stream a run's workflow writes each time it stops (parks or ends): ``wait``
+#: reads it, woken by DBOS's notifications (LISTEN/NOTIFY on PostgreSQL), so a waiter
+#: costs nothing while the run is suspended.
+STOPS = "perdure.stops"
+#: How long a waiter trusts DBOS's notifications before it looks at the run again: a
+#: workflow ended outside perdure (``dbos workflow cancel``) writes no stop.
+STOP_RECHECK = 60.0
+#: How long ``wait`` gives a run's workflow to return once its end is recorded.
+RETURN_GRACE = 5.0
 #: Runs this process started and is about to drive (their workflow task is not up yet).
 STARTING: set[str] = set()
 
@@ -318,6 +324,7 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
                         loaded = True
                     end = journal.ended()
                     if end is not None:
+                        await _publish_stop(end.kind.value)
                         return _outcome(end)
                     await journal.take_admin()
                     # Looked up at every drive, as on every backend: the code registered now
@@ -364,7 +371,10 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
         if status.terminal:
             end = journal.ended()
             assert end is not None
+            await _publish_stop(end.kind.value)
             return _outcome(end)
+        if status is RunStatus.NEEDS_ATTENTION:
+            await _publish_stop(status.value)
         update = journal.last_update
         wake_at = update.wake_at if update is not None else None
         timeout = FOREVER if wake_at is None else max(0.0, wake_at - time.time())
@@ -379,6 +389,12 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
         # Every drive replays the history as stored, as on every backend: a row
         # corrupted or repaired while the run waited is seen, not a copy in memory.
         loaded = False
+
+
+async def _publish_stop(what: str) -> None:
+    """Tell the run's waiters it stopped (``wait``): one value on its ``STOPS`` stream,
+    written after the stop's record and status, so a waiter woken reads them."""
+    await DBOS.write_stream_async(STOPS, what)
 
 
 def _outcome(end: Event) -> Any:
@@ -659,10 +675,12 @@ class DbosBackend(Backend):
         self, run_id: str, *, timeout: float | None = None, drive: bool = True
     ) -> RunInfo:
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = POLL
+        stops = 0  # the stops of the run's STOPS stream this wait has seen
         while True:
             info = await self.get_run(run_id)
             if info.status in STOPPED:
+                if info.status.terminal:
+                    await self._returned(run_id)
                 return info
             raised = runtime().raised.get(run_id)
             if raised is not None:
@@ -675,11 +693,19 @@ class DbosBackend(Backend):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError(f"run {run_id!r} still {info.status.value} after {timeout}s")
-            # A run of this process wakes the wait as it changes; one driven elsewhere is
-            # re-read, less and less often, at most DBOS's own result-polling interval.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed(), pause if left is None else min(pause, left))
-            pause = min(pause * 2, POLL_MAX)
+            if await _next_stop(run_id, stops, STOP_RECHECK if left is None else left):
+                stops += 1
+
+    async def _returned(self, run_id: str) -> None:
+        """Wait a moment for the workflow of a run whose end is recorded to return, so
+        DBOS (its CLI, ``get_result``) shows it ended once ``wait`` returns. DBOS records
+        the return just after; if the executor died in between, the run's end stands and
+        its recovery will return it, so this waits at most ``RETURN_GRACE``."""
+        if (await self._status(run_id)).status in ENDED:
+            return
+        handle = await DBOS.retrieve_workflow_async(run_id)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(handle.get_result(polling_interval_sec=0.02), RETURN_GRACE)
 
     async def idle(self) -> None:
         """Return once every run this process drives is at its next stop."""
@@ -746,6 +772,34 @@ class DbosBackend(Backend):
             return []
         log.info("recovering %d runs of dead executors %s", len(chosen), sorted(dead))
         return await asyncio.to_thread(_compat.recover, chosen, sorted(dead), RECOVERY_QUEUE)
+
+
+async def _next_stop(run_id: str, offset: int, within: float) -> bool:
+    """Wait (for at most ``within`` seconds) until the run publishes its stop number
+    ``offset`` (``_publish_stop``) or a run of this process changes (a drive here may stop
+    without a stop to publish: its own ``CancelledError``); whether that stop came.
+
+    DBOS's stream read waits on its notifications: nothing is read while the run is
+    suspended, however long."""
+    stop = asyncio.ensure_future(
+        DBOS.read_stream_offset_async(
+            run_id, STOPS, offset, polling_interval_sec=STOP_RECHECK, timeout_seconds=within
+        )
+    )
+    here = asyncio.ensure_future(changed())
+    try:
+        await asyncio.wait((stop, here), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (stop, here):
+            task.cancel()
+    if not stop.done() or stop.cancelled():
+        return False
+    error = stop.exception()
+    if isinstance(error, dbos_errors.DBOSStreamTimeoutError):
+        return False  # a timeout, or the stream ended short of ``offset``: look again
+    if error is not None:
+        raise error
+    return True
 
 
 async def _stop(rt: _Runtime, grace: float) -> None:
