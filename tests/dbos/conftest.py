@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from perdure.testing import Receiver
 from perdure.testing.plugin import store_factory, store_names
 
 DBOS_STORES = [s for s in store_names() if s.startswith("dbos+")] or [
@@ -29,3 +31,12 @@ def perdure_url(dbos_store: str, tmp_path: Path) -> Iterator[str]:
     """A fresh DBOS system database (SQLite file or PostgreSQL schema)."""
     with store_factory(dbos_store)(tmp_path) as url:
         yield url
+
+
+@pytest.fixture
+def flows(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The DBOS tests' workflows (``dbos_flows``), their effects sent to ``receiver``."""
+    monkeypatch.setenv("PERDURE_TEST_RECEIVER", receiver.url)
+    import dbos_flows
+
+    return dbos_flows

@@ -60,3 +60,14 @@ async def gated(order_id: str) -> dict[str, Any]:
     """Waits for the signal ``go`` (holding no slot), then runs a step."""
     await perdure.wait_for_signal("go")
     return await lookup(order_id)
+
+
+@perdure.step
+def enter(order_id: str) -> str:
+    return str(post(_receiver("plain/enter"), {"order": order_id})["id"])
+
+
+@perdure.workflow(name="dbos_queued", queue="serial")
+async def queued(order_id: str) -> str:
+    """A run on the DBOS queue ``serial``: only its workers drive it."""
+    return await enter(order_id)

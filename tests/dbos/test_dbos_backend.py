@@ -25,14 +25,6 @@ from perdure_dbos.testing import corrupt_step
 ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_ATTENTION)
 
 
-@pytest.fixture
-def flows(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("PERDURE_TEST_RECEIVER", receiver.url)
-    import dbos_flows
-
-    return dbos_flows
-
-
 def system_rows(url: str) -> list[tuple[str, str, Any]]:
     """Every (table, column, value) in the DBOS system database of ``url``."""
     parsed = DbosUrl.parse(url)

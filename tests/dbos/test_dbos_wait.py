@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 from dbos_spawn import drive, until
+from sqlalchemy import event
 
 import perdure
 from perdure import RunStatus

@@ -21,10 +21,18 @@ _REGISTRY: dict[str, Workflow[..., Any]] = {}
 class Workflow(Generic[P, R]):
     """A registered workflow. Calling it directly runs the function plainly."""
 
-    def __init__(self, fn: Callable[P, Awaitable[R]], name: str, version: str | None) -> None:
+    def __init__(
+        self,
+        fn: Callable[P, Awaitable[R]],
+        name: str,
+        version: str | None,
+        queue: str | None = None,
+    ) -> None:
         self.fn = fn
         self.name = name
         self.version = version
+        #: The substrate queue its runs wait on for a worker (``perdure worker --queue``).
+        self.queue = queue
         functools.update_wrapper(self, fn)
 
     @property
@@ -43,7 +51,7 @@ class Workflow(Generic[P, R]):
 def workflow(fn: Callable[P, Awaitable[R]], /) -> Workflow[P, R]: ...
 @overload
 def workflow(
-    *, name: str | None = None, version: str | None = None
+    *, name: str | None = None, version: str | None = None, queue: str | None = None
 ) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
 
 
@@ -53,12 +61,16 @@ def workflow(
     *,
     name: str | None = None,
     version: str | None = None,
+    queue: str | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Register a module-level async function as a workflow.
 
     Its name defaults to ``module:qualname`` (for a script run as ``__main__``, the
     module name a worker imports it by); a worker that imports the module can resume
-    its runs. ``version`` is recorded on every run it starts.
+    its runs. ``version`` is recorded on every run it starts. ``queue``: on a backend
+    whose substrate has queues (DBOS), a run waits on that queue for a ``perdure worker
+    --queue NAME`` (its concurrency and rate limits) instead of being driven by the
+    process that starts it; the embedded engine drives it as any other run.
     """
 
     def register(f: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
@@ -73,7 +85,7 @@ def workflow(
             )
         # A script's workflows are named by the module a worker imports, not __main__.
         module = importable_name(f.__module__)
-        wf = Workflow(f, name or f"{module}:{f.__qualname__}", version)
+        wf = Workflow(f, name or f"{module}:{f.__qualname__}", version, queue)
         register_workflow(wf)
         register_annotations(f)  # its inputs and result are rebuilt from history
         return wf

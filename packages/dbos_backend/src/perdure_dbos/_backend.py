@@ -214,8 +214,9 @@ class _Runtime:
     marks: Marks
     executors: Executors
     heartbeat: Heartbeat
-    #: Whether this process dequeues recovered runs (a worker: ``serve``).
-    listening: bool
+    #: The DBOS queues this process dequeues: none for a client; a worker (``serve``)
+    #: the recovery queue and those it serves (``serve_queue``).
+    listening: frozenset[str]
     slots: Slots = field(default_factory=Slots)
     refs: int = 0
     #: Set while shutting down: drives stop before their next step.
@@ -459,17 +460,19 @@ class DbosBackend(Backend):
         _runtime = None
         await _stop(rt, self.grace_seconds if grace is None else grace)
 
-    async def _listen(self) -> None:
-        """Make this process an executor of recovered runs: DBOS dequeues the recovery
-        queue only in processes launched listening to it (``DBOS.listen_queues`` is fixed
-        at launch), so a process that opened as a client is relaunched, after a drain."""
+    async def _listen(self, *queues: str) -> None:
+        """Make this process an executor of recovered runs (and of ``queues``): DBOS
+        dequeues a queue only in processes launched listening to it
+        (``DBOS.listen_queues`` is fixed at launch), so a process that opened as a client
+        is relaunched, after a drain."""
         global _runtime
         rt = runtime()
-        if rt.listening:
+        wanted = frozenset((RECOVERY_QUEUE, *queues))
+        if wanted <= rt.listening:
             return
         _runtime = None
         await _stop(rt, self.grace_seconds)
-        _runtime = _launch(self.parsed, listening=True)
+        _runtime = _launch(self.parsed, listening=rt.listening | wanted)
         _runtime.refs = rt.refs
         await _compat.use_dbos_thread_pool()
         await DBOS.register_queue_async(RECOVERY_QUEUE)
@@ -568,6 +571,13 @@ class DbosBackend(Backend):
             trace_context(run_id, workflow.name),
         )
         if rt.draining:
+            return RunHandle(self, run_id)
+        if workflow.queue is not None:
+            # It waits on its DBOS queue for a worker of that queue (its limits apply);
+            # this process does not drive it.
+            queue = _user_queue(workflow.queue)
+            with SetWorkflowID(run_id):
+                await DBOS.enqueue_workflow_async(queue, perdure_run, workflow.name, stored)
             return RunHandle(self, run_id)
         STARTING.add(run_id)
         try:
@@ -717,11 +727,52 @@ class DbosBackend(Backend):
             )
         )
 
-    async def serve(self, *, stop: asyncio.Event, concurrency: int = 100) -> None:
+    async def serve(
+        self,
+        *,
+        stop: asyncio.Event,
+        concurrency: int = 100,
+        queue: str | None = None,
+        rate: float | None = None,
+    ) -> None:
         """Drive at most ``concurrency`` runs at once (a run waiting for a signal or a
-        timer holds no slot) and recover the runs of dead executors of this version."""
+        timer holds no slot) and recover the runs of dead executors of this version.
+
+        With ``queue``, also dequeue that DBOS queue (the runs of workflows declared
+        ``@perdure.workflow(queue=...)``) with its limits: at most ``concurrency`` of its
+        runs on this executor at once (DBOS's worker concurrency: a dequeued run counts
+        until it ends, as DBOS counts every queued workflow) and at most ``rate`` per
+        second dequeued by all its workers (DBOS's limiter)."""
+        if rate is not None and queue is None:
+            raise ConfigurationError(
+                "on DBOS, --rate limits a queue: name it with --queue (the workflows "
+                "declared with @perdure.workflow(queue=...) run on it)"
+            )
         await self.open()
-        await self._listen()
+        if queue is None:
+            await self._listen()
+        else:
+            await self._serve_queue(_user_queue(queue), concurrency, rate)
+        await self._work(stop, concurrency)
+
+    async def _serve_queue(self, name: str, concurrency: int, rate: float | None) -> None:
+        await self._listen(name)
+        # DBOS limits whole runs per period: ``rate`` per second as ``limit`` per
+        # ``limit / rate`` seconds (0.5/s is 1 per 2 s).
+        limit = None if rate is None else max(1, round(rate))
+        try:
+            await DBOS.register_queue_async(
+                name,
+                worker_concurrency=concurrency,
+                limiter=None
+                if rate is None or limit is None
+                else {"limit": limit, "period": limit / rate},
+                on_conflict="always_update",
+            )
+        except ValueError as exc:
+            raise ConfigurationError(f"DBOS queue {name!r}: {exc}") from exc
+
+    async def _work(self, stop: asyncio.Event, concurrency: int) -> None:
         runtime().slots.limit = concurrency
         notify()
         while not stop.is_set():
@@ -756,7 +807,8 @@ class DbosBackend(Backend):
             pending_of, engine, tables, WORKFLOW_NAME, rt.version, sorted(dead)
         )
         marks = await asyncio.to_thread(rt.marks.get_many, [run_id for run_id, _ in rows])
-        chosen: list[str] = []
+        # Each run goes back to its workflow's queue (its limits hold after a crash too).
+        chosen: dict[str, list[str]] = {}
         for run_id, serialization in rows:
             try:
                 # DBOS would decode this row's input by its format to run it: refuse a
@@ -767,11 +819,13 @@ class DbosBackend(Backend):
                 continue
             mark = marks.get(run_id)
             if mark is not None and mark.workflow in registered_workflows():
-                chosen.append(run_id)
-        if not chosen:
-            return []
-        log.info("recovering %d runs of dead executors %s", len(chosen), sorted(dead))
-        return await asyncio.to_thread(_compat.recover, chosen, sorted(dead), RECOVERY_QUEUE)
+                queue = get_workflow(mark.workflow).queue or RECOVERY_QUEUE
+                chosen.setdefault(queue, []).append(run_id)
+        recovered: list[str] = []
+        for queue, run_ids in chosen.items():
+            log.info("recovering %d runs of dead executors %s", len(run_ids), sorted(dead))
+            recovered += await asyncio.to_thread(_compat.recover, run_ids, sorted(dead), queue)
+        return recovered
 
 
 async def _next_stop(run_id: str, offset: int, within: float) -> bool:
@@ -828,6 +882,16 @@ async def _stop(rt: _Runtime, grace: float) -> None:
     await asyncio.to_thread(DBOS.destroy)
 
 
+def _user_queue(name: str) -> str:
+    """``name`` as a DBOS queue of the user's (not perdure's recovery queue, not DBOS's)."""
+    if not name or name == RECOVERY_QUEUE or name.startswith("_dbos_"):
+        raise ConfigurationError(
+            f"queue {name!r}: {RECOVERY_QUEUE!r} and names starting '_dbos_' are taken "
+            "(perdure's recovery queue, DBOS's own); choose another name"
+        )
+    return name
+
+
 def _sqlite_wal(path: str) -> None:
     """Put DBOS's SQLite file in WAL mode (persistent, once): readers do not block its
     writer, and stores sharing the file (checkpoints, sessions) can open it while DBOS
@@ -838,7 +902,7 @@ def _sqlite_wal(path: str) -> None:
         conn.execute("PRAGMA journal_mode = WAL")
 
 
-def _launch(parsed: DbosUrl, *, listening: bool = False) -> _Runtime:
+def _launch(parsed: DbosUrl, *, listening: frozenset[str] = frozenset()) -> _Runtime:
     executor_id = configured_executor_id()
     config: DBOSConfig = {
         "name": "perdure",
@@ -859,7 +923,7 @@ def _launch(parsed: DbosUrl, *, listening: bool = False) -> _Runtime:
         if parsed.system_database_url.startswith("sqlite:///"):
             _sqlite_wal(parsed.system_database_url.removeprefix("sqlite:///"))
         DBOS(config=config)
-        DBOS.listen_queues([RECOVERY_QUEUE] if listening else [])
+        DBOS.listen_queues(sorted(listening))
         DBOS.launch()
     except Exception as exc:
         with contextlib.suppress(Exception):
@@ -948,7 +1012,11 @@ def _info(st: StatusRow, mark: Mark | None, dead: set[str]) -> RunInfo:
         parent_run_id=mark.parent_run_id if mark else None,
         details={
             **(mark.details if mark else {}),
-            "dbos": {"executor_id": st.executor_id, "application_version": st.app_version},
+            "dbos": {
+                "status": st.status,
+                "executor_id": st.executor_id,
+                "application_version": st.app_version,
+            },
         },
     )
     status = st.status
