@@ -30,6 +30,7 @@ def drive(
     *args: Any,
     run_id: str,
     count: int | None = None,
+    module: str = "dbos_flows",
     **env: str,
 ) -> Process:
     """Start ``run_id`` (or ``count`` runs ``run_id-i``) in a new process that exits once
@@ -41,7 +42,7 @@ def drive(
         "--url",
         processes.url,
         "--module",
-        "dbos_flows",
+        module,
         "--workflow",
         workflow,
         "--run-id",

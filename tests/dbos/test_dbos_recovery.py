@@ -14,6 +14,7 @@ from dbos_spawn import drive, until
 
 import perdure
 from perdure import RunStatus
+from perdure.cli.render import run_summary
 from perdure.testing import Processes, Receiver, wait_for_status
 
 ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_ATTENTION)
@@ -98,7 +99,8 @@ async def test_a_run_is_recovered_only_by_a_worker_of_its_version(
     before = await perdure_backend.get_run("r-v1")
     assert before.status is RunStatus.RUNNING
     assert before.details["dbos"]["application_version"] == "v1"
-    assert "died" in before.details["stranded"]  # visible in `perdure runs list`
+    # `perdure runs list` says why nobody drives it: no live worker runs its version.
+    assert "died; no live worker of application version v1" in run_summary(before)
 
     # A v2 worker takes the v2 run and, in the same recovery passes, leaves the v1 run.
     processes.worker("dbos_flows", env={"PERDURE_CODE_VERSION": "v2", "DBOS__VMID": "w-v2"})
@@ -109,6 +111,8 @@ async def test_a_run_is_recovered_only_by_a_worker_of_its_version(
     assert info.details["dbos"]["application_version"] == "v2"
     after = await perdure_backend.get_run("r-v1")
     assert (after.status, after.owner) == (RunStatus.RUNNING, before.owner)
+    assert "(live workers' versions: v2)" in run_summary(after)
+    assert "PERDURE_CODE_VERSION=v1" in run_summary(after)
     assert receiver.requests["charge"] == 2  # one per run: nobody re-drove r-v1
 
     processes.worker("dbos_flows", env={"PERDURE_CODE_VERSION": "v1", "DBOS__VMID": "w-v1"})

@@ -494,14 +494,18 @@ class DbosBackend(Backend):
     async def get_run(self, run_id: str) -> RunInfo:
         st = await self._status(run_id)
         mark = await asyncio.to_thread(runtime().marks.get, run_id)
-        return _info(st, mark, await self._dead([st]))
+        return _info(st, mark, await self._liveness([st]))
 
-    async def _dead(self, rows: Sequence[StatusRow]) -> set[str]:
-        """The dead executors among those of the PENDING ``rows``."""
+    async def _liveness(self, rows: Sequence[StatusRow]) -> Liveness:
+        """The dead executors among those of the PENDING ``rows`` and, if any row waits
+        for a worker (its executor dead, or enqueued), what the live workers dequeue."""
         held = {st.executor_id for st in rows if st.status == "PENDING" and st.executor_id}
-        if not held:
-            return set()
-        return await asyncio.to_thread(runtime().executors.dead, held, executor_timeout())
+        executors = runtime().executors
+        dead = await asyncio.to_thread(executors.dead, held, executor_timeout()) if held else set()
+        if dead or any(st.status == "ENQUEUED" for st in rows):
+            workers = await asyncio.to_thread(executors.workers, executor_timeout())
+            return Liveness(dead, workers)
+        return Liveness(dead)
 
     async def list_runs(
         self,
@@ -532,8 +536,8 @@ class DbosBackend(Backend):
             )
             offset += len(rows)
             marks = await asyncio.to_thread(rt.marks.get_many, [r.run_id for r in rows])
-            dead = await self._dead(rows)
-            out += [info for st in rows if wanted(info := _listed(st, marks.get(st.run_id), dead))]
+            live = await self._liveness(rows)
+            out += [info for st in rows if wanted(info := _listed(st, marks.get(st.run_id), live))]
             if len(rows) < limit:
                 break
         return out[:limit]
@@ -940,7 +944,7 @@ def _launch(parsed: DbosUrl, *, listening: frozenset[str] = frozenset()) -> _Run
     executors = Executors(engine, schema)
     executors.create()
     version = application_version()
-    heartbeat = Heartbeat(executors, executor_id, version)
+    heartbeat = Heartbeat(executors, executor_id, version, listening)
     heartbeat.start()
     return _Runtime(parsed.url, executor_id, version, marks, executors, heartbeat, listening)
 
@@ -967,11 +971,11 @@ def _stored_input(st: StatusRow) -> Any:
     return args[1] if len(args) > 1 else None
 
 
-def _listed(st: StatusRow, mark: Mark | None, dead: set[str]) -> RunInfo:
+def _listed(st: StatusRow, mark: Mark | None, live: Liveness) -> RunInfo:
     """``_info``, or for a row perdure cannot or will not read, the run shown as needing
     attention with the reason ``corrupt``: one bad row must not hide the others."""
     try:
-        return _info(st, mark, dead)
+        return _info(st, mark, live)
     except CorruptHistoryError as exc:
         return RunInfo(
             run_id=st.run_id,
@@ -995,8 +999,39 @@ def _error(st: StatusRow) -> dict[str, Any]:
     return {"type": type(err).__name__, "message": str(err)}
 
 
-def _info(st: StatusRow, mark: Mark | None, dead: set[str]) -> RunInfo:
-    """The run as perdure shows it; ``dead`` holds the dead executors known."""
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    """What ``_info`` knows of the executors: the dead ones among the runs' executors and
+    (when a run waits for a worker) the queues live workers dequeue, by version."""
+
+    dead: set[str]
+    workers: dict[str, set[str]] | None = None
+
+    def waiting(self, st: StatusRow, workflow: str) -> str | None:
+        """Why no worker drives the run, if none does: its executor died, or it is
+        enqueued; and whether a live worker of its application version will take it."""
+        version = st.app_version or "?"
+        if st.status == "PENDING" and (st.executor_id or "") in self.dead:
+            why, queue = f"executor {st.executor_id} died", RECOVERY_QUEUE
+        elif st.status == "ENQUEUED":
+            queue = st.queue or RECOVERY_QUEUE
+            why = f"enqueued on DBOS queue {queue!r}"
+        else:
+            return None
+        workers = self.workers or {}
+        if queue in workers.get(version, ()):
+            return f"{why}; a live worker of application version {version} will take it"
+        live = ", ".join(sorted(workers)) or "none"
+        flag = "" if queue == RECOVERY_QUEUE else f" --queue {queue}"
+        return (
+            f"{why}; no live worker of application version {version} dequeues {queue!r}"
+            f" (live workers' versions: {live}): start `perdure worker{flag}` with"
+            f" workflow {workflow!r} and PERDURE_CODE_VERSION={version}"
+        )
+
+
+def _info(st: StatusRow, mark: Mark | None, live: Liveness) -> RunInfo:
+    """The run as perdure shows it; ``live``: what is known of its executor."""
     args = _inputs(st)
     workflow = mark.workflow if mark is not None else (str(args[0]) if args else "?")
     info = RunInfo(
@@ -1044,13 +1079,9 @@ def _info(st: StatusRow, mark: Mark | None, dead: set[str]) -> RunInfo:
         info.error = mark.error
         if status == "ENQUEUED" and info.status is RunStatus.RUNNING:
             info.status = RunStatus.PENDING
-    if status == "PENDING" and not info.status.terminal:
-        executor = st.executor_id or ""
-        if executor in dead:
-            info.details["stranded"] = (
-                f"executor {executor} died; a `perdure worker` with workflow "
-                f"{workflow!r} (application version {st.app_version}) will recover it"
-            )
+    stranded = None if info.status.terminal else live.waiting(st, workflow)
+    if stranded is not None:
+        info.details["stranded"] = stranded
     return approvals.present(info)
 
 

@@ -69,27 +69,27 @@ class Executors:
             sa.Column("executor_id", sa.Text, primary_key=True),
             sa.Column("application_version", sa.Text),
             sa.Column("beat_at", sa.Float, nullable=False),
+            #: The DBOS queues it dequeues, space-separated: empty for a client process.
+            sa.Column("queues", sa.Text),
         )
 
     def create(self) -> None:
-        self.meta.create_all(self.engine, checkfirst=True)
+        from perdure_dbos._tables import add_missing_columns
 
-    def beat(self, executor_id: str, version: str) -> None:
+        self.meta.create_all(self.engine, checkfirst=True)
+        add_missing_columns(self.engine, self.table)
+
+    def beat(self, executor_id: str, version: str, queues: Iterable[str] = ()) -> None:
         t = self.table
+        values = {
+            "beat_at": _now(self.engine),
+            "application_version": version,
+            "queues": " ".join(sorted(queues)),
+        }
         with self.engine.begin() as c:
-            done = c.execute(
-                sa.update(t)
-                .where(t.c.executor_id == executor_id)
-                .values(beat_at=_now(self.engine), application_version=version)
-            )
+            done = c.execute(sa.update(t).where(t.c.executor_id == executor_id).values(**values))
             if done.rowcount == 0:
-                c.execute(
-                    sa.insert(t).values(
-                        executor_id=executor_id,
-                        application_version=version,
-                        beat_at=_now(self.engine),
-                    )
-                )
+                c.execute(sa.insert(t).values(executor_id=executor_id, **values))
 
     def forget(self, executor_id: str) -> None:
         """Remove the row: this executor stopped, its workflows may be recovered now."""
@@ -113,23 +113,33 @@ class Executors:
         alive = {str(r[0]) for r in rows if float(r[1]) <= timeout}
         return {e for e in wanted if e not in alive or owner_is_dead(e)}
 
-    def versions(self, timeout: float) -> set[str]:
-        """The application versions live executors run."""
+    def workers(self, timeout: float) -> dict[str, set[str]]:
+        """The queues live workers dequeue, by application version (client processes,
+        which dequeue nothing, are not workers)."""
         t = self.table
         with self.engine.connect() as c:
             rows = c.execute(
-                sa.select(t.c.application_version).where(_now(self.engine) - t.c.beat_at <= timeout)
+                sa.select(t.c.application_version, t.c.queues).where(
+                    _now(self.engine) - t.c.beat_at <= timeout
+                )
             ).all()
-        return {str(r[0]) for r in rows if r[0] is not None}
+        out: dict[str, set[str]] = {}
+        for version, queues in rows:
+            if version is not None and queues:
+                out.setdefault(str(version), set()).update(str(queues).split())
+        return out
 
 
 class Heartbeat:
     """A daemon thread beating for one executor until stopped (then its row is removed)."""
 
-    def __init__(self, executors: Executors, executor_id: str, version: str) -> None:
+    def __init__(
+        self, executors: Executors, executor_id: str, version: str, queues: Iterable[str] = ()
+    ) -> None:
         self.executors = executors
         self.executor_id = executor_id
         self.version = version
+        self.queues = tuple(queues)
         self.interval = executor_timeout() / BEATS_PER_TIMEOUT
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -137,14 +147,16 @@ class Heartbeat:
         )
 
     def start(self) -> None:
-        self.executors.beat(self.executor_id, self.version)  # alive before any run starts
+        self.executors.beat(
+            self.executor_id, self.version, self.queues
+        )  # alive before any run starts
         self._thread.start()
 
     def _run(self) -> None:
         failing = False
         while not self._stop.wait(self.interval):
             try:
-                self.executors.beat(self.executor_id, self.version)
+                self.executors.beat(self.executor_id, self.version, self.queues)
             except Exception as exc:  # the database is away: beat again next time
                 if not failing:
                     log.warning("executor %s cannot beat: %s", self.executor_id, exc)

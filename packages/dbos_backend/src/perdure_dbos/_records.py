@@ -43,6 +43,8 @@ class StatusRow:
     inputs: str | None
     output: str | None
     error: str | None
+    #: The DBOS queue it is (or was) enqueued on.
+    queue: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,7 @@ def _status_query(t: Any) -> Any:
         sa.func.coalesce(wi.c.inputs, ws.c.inputs),
         sa.func.coalesce(wo.c.output, ws.c.output),
         sa.func.coalesce(wo.c.error, ws.c.error),
+        ws.c.queue_name,
     ).select_from(
         ws.outerjoin(wi, wi.c.workflow_uuid == ws.c.workflow_uuid).outerjoin(
             wo, wo.c.workflow_uuid == ws.c.workflow_uuid
@@ -123,7 +126,7 @@ def status_rows(
         query = query.limit(limit).offset(offset)
     with engine.connect() as conn:
         rows = conn.execute(query).all()
-    return [StatusRow(*(row[i] for i in range(11))) for row in rows]
+    return [StatusRow(*(row[i] for i in range(12))) for row in rows]
 
 
 def step_rows(engine: sa.Engine, t: Any, run_id: str) -> list[StepRow]:

@@ -87,28 +87,7 @@ class Marks:
 
     def create(self) -> None:
         self.meta.create_all(self.engine, checkfirst=True)
-        self._add_missing_columns()
-
-    def _add_missing_columns(self) -> None:
-        """Columns added since a table was first created (``create_all`` only creates)."""
-        t = self.table
-        schema, table = self.located()
-        have = {c["name"] for c in sa.inspect(self.engine).get_columns(t.name, schema=schema)}
-        quote = self.engine.dialect.identifier_preparer.quote
-        with self.engine.begin() as c:
-            for column in (c for c in t.columns if c.name not in have):
-                kind = column.type.compile(dialect=self.engine.dialect)
-                c.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN {quote(column.name)} {kind}"))
-
-    def located(self) -> tuple[str | None, str]:
-        """The runs table's real schema and its quoted, qualified name: DBOS's engine
-        maps its placeholder schema to the real one, which text DDL and the inspector
-        need spelled out."""
-        t = self.table
-        translate = self.engine.get_execution_options().get("schema_translate_map") or {}
-        schema = translate.get(t.schema, t.schema)
-        quote = self.engine.dialect.identifier_preparer.quote
-        return schema, f"{quote(schema)}.{quote(t.name)}" if schema else quote(t.name)
+        add_missing_columns(self.engine, self.table)
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -320,6 +299,21 @@ class Marks:
             for r in rows
             if int(r[0]) not in taken
         ]
+
+
+def add_missing_columns(engine: sa.Engine, table: sa.Table) -> None:
+    """Add the columns of ``table`` added since it was first created (``create_all``
+    only creates). DBOS's engine maps its placeholder schema to the real one, which text
+    DDL and the inspector need spelled out."""
+    translate = engine.get_execution_options().get("schema_translate_map") or {}
+    schema = translate.get(table.schema, table.schema)
+    quote = engine.dialect.identifier_preparer.quote
+    name = f"{quote(schema)}.{quote(table.name)}" if schema else quote(table.name)
+    have = {c["name"] for c in sa.inspect(engine).get_columns(table.name, schema=schema)}
+    with engine.begin() as c:
+        for column in (c for c in table.columns if c.name not in have):
+            kind = column.type.compile(dialect=engine.dialect)
+            c.execute(sa.text(f"ALTER TABLE {name} ADD COLUMN {quote(column.name)} {kind}"))
 
 
 def _dump(value: Any) -> str | None:

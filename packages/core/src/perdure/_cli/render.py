@@ -154,6 +154,10 @@ def run_summary(
             parts.append(f"{reason or 'needs attention'}: {attention.get('message', '')}")
     elif status is RunStatus.FAILED:
         parts.append(error_text(info.error))
+    elif status in (RunStatus.RUNNING, RunStatus.PENDING) and info.details.get("stranded"):
+        # The backend's word on why no worker drives it (DBOS: its executor died, or no
+        # live worker runs its application version).
+        parts.append(str(info.details["stranded"]))
     elif status in (RunStatus.RUNNING, RunStatus.PENDING) and info.owner:
         parts.append(f"driven by {info.owner}")
     if info.cancel_requested and not status.terminal:
