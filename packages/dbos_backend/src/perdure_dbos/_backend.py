@@ -66,6 +66,7 @@ from perdure.spi import (
 from perdure_dbos import _compat
 from perdure_dbos._executors import Executors, Heartbeat, executor_timeout
 from perdure_dbos._journal import DbosJournal, pack, read_history
+from perdure_dbos._old_layout import OldLayoutError, check_no_unfinished_old_runs
 from perdure_dbos._records import (
     StatusRow,
     check_format,
@@ -926,9 +927,13 @@ def _launch(parsed: DbosUrl, *, listening: frozenset[str] = frozenset()) -> _Run
     try:
         if parsed.system_database_url.startswith("sqlite:///"):
             _sqlite_wal(parsed.system_database_url.removeprefix("sqlite:///"))
+        # Before DBOS launches: its recovery at launch would replay such runs wrongly.
+        check_no_unfinished_old_runs(parsed.system_database_url, parsed.schema)
         DBOS(config=config)
         DBOS.listen_queues(sorted(listening))
         DBOS.launch()
+    except OldLayoutError:
+        raise
     except Exception as exc:
         with contextlib.suppress(Exception):
             DBOS.destroy()
