@@ -17,6 +17,7 @@ from perdure._errors import RunNotFoundError
 from perdure._retention import export_name
 from perdure.testing import Receiver, wait_for_status
 from perdure_dbos._backend import runtime
+from perdure_dbos._tables import located
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def flows(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> Any:
 def rows_of(run_id: str) -> dict[str, int]:
     """Rows naming ``run_id`` in DBOS's tables and perdure's, read behind the backend."""
     marks = runtime().marks
-    schema, _ = marks.located()
+    schema, _ = located(marks.engine, marks.table)
     meta = sa.MetaData(schema=schema)
     counts: dict[str, int] = {}
     with marks.engine.connect() as c:

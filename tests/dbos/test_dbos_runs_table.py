@@ -7,13 +7,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from perdure_dbos._backend import runtime
+from perdure_dbos._tables import located
 
 
 async def test_a_runs_table_without_a_newer_column_gains_it_at_launch(
     perdure_backend: Any,
 ) -> None:
     marks = runtime().marks
-    schema, table = marks.located()
+    schema, table = located(marks.engine, marks.table)
     with marks.engine.begin() as c:  # the table as perdure created it before `details`
         c.execute(sa.text(f"ALTER TABLE {table} DROP COLUMN details"))
 

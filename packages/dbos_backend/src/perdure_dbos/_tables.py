@@ -301,14 +301,20 @@ class Marks:
         ]
 
 
-def add_missing_columns(engine: sa.Engine, table: sa.Table) -> None:
-    """Add the columns of ``table`` added since it was first created (``create_all``
-    only creates). DBOS's engine maps its placeholder schema to the real one, which text
-    DDL and the inspector need spelled out."""
+def located(engine: sa.Engine, table: sa.Table) -> tuple[str | None, str]:
+    """``table``'s real schema and its quoted, qualified name: DBOS's engine maps its
+    placeholder schema to the real one, which text DDL and the inspector need spelled out."""
     translate = engine.get_execution_options().get("schema_translate_map") or {}
     schema = translate.get(table.schema, table.schema)
     quote = engine.dialect.identifier_preparer.quote
-    name = f"{quote(schema)}.{quote(table.name)}" if schema else quote(table.name)
+    return schema, f"{quote(schema)}.{quote(table.name)}" if schema else quote(table.name)
+
+
+def add_missing_columns(engine: sa.Engine, table: sa.Table) -> None:
+    """Add the columns of ``table`` added since it was first created (``create_all``
+    only creates)."""
+    schema, name = located(engine, table)
+    quote = engine.dialect.identifier_preparer.quote
     have = {c["name"] for c in sa.inspect(engine).get_columns(table.name, schema=schema)}
     with engine.begin() as c:
         for column in (c for c in table.columns if c.name not in have):
