@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from perdure import RunStatus
-from perdure.errors import ConfigurationError
+from perdure import ConfigurationError, RunStatus
 from perdure.testing import Processes, Receiver, wait_for_status
 
 RUNS = ["q-0", "q-1", "q-2"]

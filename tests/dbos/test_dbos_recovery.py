@@ -14,7 +14,7 @@ from dbos_spawn import drive, until
 
 import perdure
 from perdure import RunStatus
-from perdure.cli.render import run_summary
+from perdure._cli.render import run_summary
 from perdure.testing import Processes, Receiver, wait_for_status
 
 ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_ATTENTION)

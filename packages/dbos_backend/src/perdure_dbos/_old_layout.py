@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from perdure.errors import ConfigurationError
+from perdure.spi import ConfigurationError
 
 #: The runs table of the first layout (this one's is ``perdure_dbos_runs``).
 OLD_TABLE = "perdure_runs"
