@@ -44,6 +44,8 @@ def serve(app: object, sock: socket.socket, ready: Callable[[str], str]) -> None
     """Serve ``app`` on ``sock`` until interrupted; print ``ready(address)`` once started."""
     import uvicorn
 
+    from perdure._gateway.one_write import OneWriteProtocol
+
     host, port = sock.getsockname()[:2]
     address = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
 
@@ -61,6 +63,7 @@ def serve(app: object, sock: socket.socket, ready: Callable[[str], str]) -> None
         log_level="warning",
         access_log=False,
         lifespan="on",
+        http=OneWriteProtocol,
         proxy_headers=False,
         server_header=False,
         date_header=False,
