@@ -108,6 +108,21 @@ async def test_cancelling_the_workflow_in_temporal_cancels_the_run(
     assert info.cancel_requested
 
 
+async def test_a_wait_that_times_out_leaves_no_entry_for_its_run_in_the_drives(
+    backend: TemporalBackend, flows: Any
+) -> None:
+    await backend.start(flows.waits, (), {}, run_id="waited")
+    await backend.idle()
+    with pytest.raises(TimeoutError):
+        await backend.wait("waited", timeout=0.5)
+    drives = backend._drives  # pyright: ignore[reportPrivateUsage]
+    assert drives is not None
+    # the CancelledError a drive here could raise for a waiter: nobody waits any more
+    assert "waited" not in drives._raised  # pyright: ignore[reportPrivateUsage]
+    await backend.signal("waited", perdure.APPROVAL, {"ok": 1}, by="ann")
+    assert (await backend.wait("waited", timeout=60)).status is RunStatus.SUCCEEDED
+
+
 async def test_a_finished_run_is_read_from_its_closed_workflow(
     backend: TemporalBackend, url: str, flows: Any
 ) -> None:

@@ -503,15 +503,15 @@ class TemporalBackend(Backend):
         drives = self._drives
         if drives is None:
             return await self._until(run_id, STOPPED)
-        raised = drives.raised(run_id)
-        until = asyncio.ensure_future(self._until(run_id, STOPPED))
-        try:
-            await asyncio.wait((until, raised), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not until.done():
-                until.cancel()
-                with contextlib.suppress(BaseException):
-                    await until
+        with drives.watching(run_id) as raised:
+            until = asyncio.ensure_future(self._until(run_id, STOPPED))
+            try:
+                await asyncio.wait((until, raised), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not until.done():
+                    until.cancel()
+                    with contextlib.suppress(BaseException):
+                        await until
         if until.done() and not until.cancelled():
             drives.forget_raised(run_id)
             return until.result()

@@ -25,7 +25,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from temporalio import activity
@@ -245,6 +246,8 @@ class Drives:
         #: By run: the ``CancelledError`` its own code (a session, a tool) raised in the
         #: last drive here, for a caller's ``wait`` to raise, as on every backend.
         self._raised: dict[str, asyncio.Future[asyncio.CancelledError]] = {}
+        #: By run: how many ``wait()`` calls of this process watch its ``_raised``.
+        self._watchers: Counter[str] = Counter()
 
     def raised(self, run_id: str) -> asyncio.Future[asyncio.CancelledError]:
         """Resolved with the ``CancelledError`` the run's own code raises in a drive here."""
@@ -252,6 +255,23 @@ class Drives:
         if future is None:
             future = self._raised[run_id] = asyncio.get_running_loop().create_future()
         return future
+
+    @contextlib.contextmanager
+    def watching(self, run_id: str) -> Iterator[asyncio.Future[asyncio.CancelledError]]:
+        """``raised(run_id)`` for one waiter. When the last waiter of a run leaves
+        before any drive here raised for it (its ``wait()`` timed out, or was
+        cancelled), the future goes: otherwise one entry per waited-on run stays for
+        the life of the process."""
+        future = self.raised(run_id)
+        self._watchers[run_id] += 1
+        try:
+            yield future
+        finally:
+            self._watchers[run_id] -= 1
+            if not self._watchers[run_id]:
+                del self._watchers[run_id]
+                if not future.done() and self._raised.get(run_id) is future:
+                    del self._raised[run_id]
 
     def forget_raised(self, run_id: str) -> None:
         """The run stopped: no drive here will raise for it."""
