@@ -22,7 +22,7 @@ class Format(str, Enum):
 
 
 #: What the gateway's servers import (the gateway extra); the MCP proxy needs ``mcp`` too.
-_EXTRA = ("aiohttp", "starlette", "uvicorn")
+_EXTRA = ("httptools", "starlette", "uvicorn")
 
 
 def _need_extra(*also: str) -> None:

@@ -1,5 +1,6 @@
-"""The HTTP gateway: an ASGI reverse proxy (a plain ASGI app in, aiohttp out) that forwards a
-request carrying an ``Idempotency-Key`` header to its upstream at most once.
+"""The HTTP gateway: an ASGI reverse proxy (a plain ASGI app in, ``client.Upstream``
+out) that forwards a request carrying an ``Idempotency-Key`` header to its upstream at
+most once.
 
 ``/NAME/rest/of/path?query`` goes to ``URL/rest/of/path?query`` of the upstream named
 ``NAME``. A request without the header passes through untouched (or is refused with
@@ -13,10 +14,10 @@ request_too_large``.
 
 ``GET /_perdure/status`` tells what this process forwards and who waits on it.
 
-The outbound client is aiohttp (C-accelerated parser, keep-alive pool, TCP_NODELAY):
-per forwarded call it costs about half the CPU of httpx's async client, and the
-gateway's overhead is mostly that hop. Served by uvicorn, which picks httptools and
-uvloop (both in the extra) over h11 and asyncio's loop.
+The outbound client is ``perdure._gateway.client`` (httptools' parser and a keep-alive
+pool per upstream): per forwarded call it costs a fraction of aiohttp's CPU, and it
+says exactly whether a failed request may have left. Served by uvicorn, which picks
+httptools and uvloop (both in the extra) over h11 and asyncio's loop.
 """
 
 from __future__ import annotations
@@ -29,17 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
-from yarl import URL
-
 from perdure._errors import BackendUnavailableError, PerdureError
+from perdure._gateway.client import Upstream, UpstreamError
 from perdure._gateway.ledger import Ledger, open_ledger
 from perdure._gateway.once import GatewayRefusal, NotSent, Once, OutcomeUnknown
 from perdure._gateway.records import StoredResponse, fingerprint
 from perdure._gateway.upstreams import check_name, check_url
 from perdure._semantics.unresolved import OUTCOME_HEADER, UNKNOWN
 
-KEY_HEADER = "idempotency-key"
+KEY_HEADER = b"idempotency-key"
 STATUS_PATH = "/_perdure/status"
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 _OUTCOME_UNKNOWN = (OUTCOME_HEADER.lower().encode(), UNKNOWN.encode())
@@ -67,6 +66,9 @@ _HOP = frozenset(
         "content-length",
     }
 )
+#: Not forwarded in a request: the hop-by-hop ones, and ``Expect`` (the gateway has read
+#: the whole body already; uvicorn answered the caller's ``100 Continue``).
+_HOP_REQUEST = frozenset(h.encode() for h in (*_HOP, "expect"))
 
 
 @dataclass(frozen=True)
@@ -96,10 +98,6 @@ class GatewaySettings:
         object.__setattr__(self, "upstream_names", tuple(self.upstreams))
 
 
-#: Headers aiohttp would add on its own; a forwarded request carries the caller's only.
-_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
-
-
 class _Proxy:
     def __init__(self, settings: GatewaySettings, ledger: Ledger) -> None:
         self.settings = settings
@@ -111,20 +109,16 @@ class _Proxy:
             max_body=settings.max_body,
             wait_limit=settings.timeout + settings.lease,
         )
-        self.client: aiohttp.ClientSession | None = None
+        # Forwards what the caller sent and nothing more: no default headers, no decoding
+        # of the body, no cookies kept from one caller for the next.
+        self.upstreams = {
+            name: Upstream(url, timeout=settings.timeout)
+            for name, url in settings.upstreams.items()
+        }
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncGenerator[None]:
         await self.ledger.open()
-        self.client = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=200),
-            timeout=aiohttp.ClientTimeout(total=self.settings.timeout),
-            # Forward what the caller sent and nothing more: no default headers, no
-            # decoding of the body, no cookies kept from one caller for the next.
-            skip_auto_headers=_AUTO_HEADERS,
-            auto_decompress=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
-        )
         tasks = [
             asyncio.ensure_future(self.once.renew_forever()),
             asyncio.ensure_future(self.once.purge_forever()),
@@ -134,7 +128,8 @@ class _Proxy:
         finally:
             for task in tasks:
                 task.cancel()
-            await self.client.close()
+            for upstream in self.upstreams.values():
+                await upstream.close()
             await self.ledger.close()
 
     def status(self) -> _Answer:
@@ -143,21 +138,20 @@ class _Proxy:
     async def handle(
         self, name: str, rest: str, query: str, method: str, raw: Headers, body: bytes
     ) -> _Answer:
-        base = self.settings.upstreams.get(name)
-        if base is None:
+        upstream = self.upstreams.get(name)
+        if upstream is None:
             return _error(404, "unknown_upstream", f"no upstream named {name!r}")
-        target = f"{base}/{rest}?{query}" if query else f"{base}/{rest}"
-        headers: list[tuple[str, str]] = []
+        target = f"/{rest}?{query}" if query else f"/{rest}"
+        headers: list[tuple[bytes, bytes]] = []
         key: str | None = None
-        for k, v in raw:
-            lower = k.decode("latin-1")
-            if lower == KEY_HEADER:
+        for k, v in raw:  # ASGI servers give the names in lower case
+            if k == KEY_HEADER:
                 key = v.decode("latin-1")
-            if lower not in _HOP:
-                headers.append((lower, v.decode("latin-1")))
+            if k not in _HOP_REQUEST:
+                headers.append((k, v))
 
         async def send() -> StoredResponse:
-            return await self._send(method, target, headers, body)
+            return await _send(upstream, method, target, headers, body)
 
         if key is None:
             if self.settings.require_key:
@@ -166,7 +160,7 @@ class _Proxy:
                 return _stored(await send(), replayed=None)
             except NotSent as exc:
                 return _error(502, "upstream_unreachable", f"{name!r} could not be reached: {exc}")
-            except (aiohttp.ClientError, TimeoutError) as exc:
+            except (UpstreamError, TimeoutError) as exc:
                 return _error(502, "upstream_error", f"{name!r}: {type(exc).__name__}: {exc}")
         fp = fingerprint(method, f"/{rest}?{query}", body)
         try:
@@ -193,29 +187,25 @@ class _Proxy:
             )
         return _stored(stored, replayed=reply.replayed)
 
-    async def _send(
-        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes
-    ) -> StoredResponse:
-        assert self.client is not None
-        try:
-            async with self.client.request(
-                method,
-                URL(url, encoded=True),  # the path and query as the caller wrote them
-                headers=headers,
-                data=body or None,
-                allow_redirects=False,
-            ) as response:
-                payload = await response.read()
-                raw = response.raw_headers
-                status = response.status
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-            raise NotSent(f"{type(exc).__name__}: {exc}") from exc
-        pairs = tuple(
-            (k.decode("latin-1"), v.decode("latin-1"))
-            for k, v in raw
-            if k.decode("latin-1").lower() not in _HOP
-        )
-        return StoredResponse(status, pairs, payload, len(payload))
+
+async def _send(
+    upstream: Upstream, method: str, target: str, headers: Headers, body: bytes
+) -> StoredResponse:
+    """Forward once; ``NotSent`` if provably nothing left (``ConnectFailed``). The path
+    and query go as the caller encoded them."""
+    try:
+        response = await upstream.request(method, target, headers, body)
+    except UpstreamError as exc:
+        if exc.sent:
+            raise
+        raise NotSent(str(exc)) from exc
+    pairs: list[tuple[str, str]] = []
+    for k, v in response.headers:
+        name = k.decode("latin-1").lower()
+        if name not in _HOP:
+            pairs.append((name, v.decode("latin-1")))
+    payload = response.body
+    return StoredResponse(response.status, tuple(pairs), payload, len(payload))
 
 
 def _stored(stored: StoredResponse, replayed: bool | None) -> _Answer:
