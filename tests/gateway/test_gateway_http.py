@@ -158,3 +158,30 @@ async def test_a_gateway_killed_mid_forward_reports_the_unknown_outcome_on_resta
     missing = processes.cli("gateway", "forget", "recv", "no-such-key")
     assert missing.returncode == 3
     assert "no attempt recv/no-such-key" in missing.stderr
+
+
+async def test_the_gateway_adds_no_headers_of_its_own(
+    receiver: Receiver, processes: Processes
+) -> None:
+    # A proxy passes the upstream's Server and Date; uvicorn's own would be duplicates.
+    gateway = start_gateway(processes, receiver)
+    async with httpx.AsyncClient(timeout=120) as client:
+        first = await client.post(
+            f"{gateway.url}/recv/plain/mail", json={"to": "ada"}, headers={"Idempotency-Key": "h"}
+        )
+        again = await client.post(
+            f"{gateway.url}/recv/plain/mail", json={"to": "ada"}, headers={"Idempotency-Key": "h"}
+        )
+        own = await client.get(f"{gateway.url}/nope/x")
+    for answer in (first, again):
+        assert answer.status_code == 200
+        assert len(answer.headers.get_list("server")) == 1
+        assert answer.headers["server"].startswith("BaseHTTP")  # the receiver's
+        assert len(answer.headers.get_list("date")) == 1
+    # The retry right after the first answer is the stored answer, not a second call.
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.content == first.content
+    assert receiver.requests["mail"] == 1
+    # What the gateway answers itself carries neither.
+    assert own.status_code == 404 and own.json()["error"] == "unknown_upstream"
+    assert "server" not in own.headers and "date" not in own.headers

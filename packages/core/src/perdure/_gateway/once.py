@@ -3,8 +3,9 @@ idempotency key reaches the upstream at most once.
 
 1. The attempt is recorded (``in_flight``, owned by this gateway) *before* the call
    leaves; the database's primary key lets exactly one claimant through.
-2. The owner makes the call once and stores the answer; every retry with the key is
-   answered from the ledger.
+2. The owner makes the call once, hands the answer to its caller, then stores it; every
+   retry with the key is answered from the ledger (one that comes before the answer is
+   stored waits for it, as in 3).
 3. A duplicate that arrives while the first is in flight waits for it: on an event
    when the owner is this process, else by reading the ledger with capped backoff.
 4. If the owner died (its process is gone on this host, or its lease expired) or lost
@@ -107,6 +108,8 @@ class Once:
     owner: str = field(default_factory=new_owner_id)
     _inflight: dict[tuple[str, str], asyncio.Event] = field(default_factory=lambda: {})
     _waiting: dict[tuple[str, str], int] = field(default_factory=lambda: {})
+    #: Tasks sending and recording a call (held: the loop keeps only weak references).
+    _recording: set[asyncio.Task[None]] = field(default_factory=lambda: set())
 
     async def call(
         self,
@@ -153,13 +156,25 @@ class Once:
         self, scope: str, key: str, send: Callable[[], Awaitable[StoredResponse]]
     ) -> StoredResponse:
         self._inflight[(scope, key)] = asyncio.Event()
+        answer: asyncio.Future[StoredResponse] = asyncio.get_running_loop().create_future()
         # A task of its own: a caller that disconnects must not cancel the recording.
-        task = asyncio.ensure_future(self._send_and_record(scope, key, send))
-        return await asyncio.shield(task)
+        task = asyncio.ensure_future(self._send_and_record(scope, key, send, answer))
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
+        return await asyncio.shield(answer)
 
     async def _send_and_record(
-        self, scope: str, key: str, send: Callable[[], Awaitable[StoredResponse]]
-    ) -> StoredResponse:
+        self,
+        scope: str,
+        key: str,
+        send: Callable[[], Awaitable[StoredResponse]],
+        answer: asyncio.Future[StoredResponse],
+    ) -> None:
+        """Send, hand the answer to the caller, then record it. The caller hears the
+        answer before it is stored: a retry that comes before the record finds the
+        attempt in flight and waits for it; if this process dies in between, the retry
+        hears that the outcome is unknown. Never re-sent either way, and the record's
+        commit is off the caller's path."""
         try:
             try:
                 response = await send()
@@ -173,21 +188,40 @@ class Once:
                 if not isinstance(exc, Exception):
                     raise
                 raise OutcomeUnknown(scope, key, reason) from exc
-            now = time.time()
-            kept = response
-            if response.body is not None and len(response.body) > self.max_body:
-                kept = StoredResponse(response.status, response.headers, None, response.body_size)
-            try:
-                await self.ledger.finish(scope, key, self.owner, kept, now, now + self.retention)
-            except Exception:
-                # The caller still gets the real answer; retries find the claim unrenewed
-                # once its lease ends, and hear that the outcome is unknown.
-                _log.exception("gateway: could not record the answer for %s/%s", scope, key)
-            return response
+        except BaseException as exc:
+            if answer.done():
+                pass
+            elif isinstance(exc, asyncio.CancelledError):
+                answer.cancel()
+            else:
+                answer.set_exception(exc)
+            self._done(scope, key)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        answer.set_result(response)
+        await asyncio.sleep(0)  # let the caller write the answer before the commit
+        try:
+            await self._record(scope, key, response)
         finally:
-            done = self._inflight.pop((scope, key), None)
-            if done is not None:
-                done.set()
+            self._done(scope, key)
+
+    def _done(self, scope: str, key: str) -> None:
+        done = self._inflight.pop((scope, key), None)
+        if done is not None:
+            done.set()
+
+    async def _record(self, scope: str, key: str, response: StoredResponse) -> None:
+        now = time.time()
+        kept = response
+        if response.body is not None and len(response.body) > self.max_body:
+            kept = StoredResponse(response.status, response.headers, None, response.body_size)
+        try:
+            await self.ledger.finish(scope, key, self.owner, kept, now, now + self.retention)
+        except Exception:
+            # The caller has the real answer; retries find the claim unrenewed once its
+            # lease ends, and hear that the outcome is unknown.
+            _log.exception("gateway: could not record the answer for %s/%s", scope, key)
 
     async def _abandoned(self, found: Attempt) -> bool:
         """Mark ``found`` unknown if its owner is gone; True if it was."""

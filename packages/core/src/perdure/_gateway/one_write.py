@@ -3,9 +3,10 @@
 uvicorn writes a response's status line and headers as soon as the app starts the
 response, and its body in a second write: two ``send`` syscalls and, on loopback, two
 wake-ups of the caller for every answer (py-spy put the pair at ~13% of the gateway's
-CPU per forwarded call). ``OneWriteTransport`` holds what is written until the end of
-the event loop's current pass and sends it as one. Nothing waits longer than that
-pass, and the order of the bytes is kept; ``close`` sends what is held first.
+CPU per forwarded call). ``OneWriteTransport`` holds what is written and sends it as
+one: at once when the response is complete (``OneWriteProtocol``), else at the end of
+the event loop's current pass. Nothing waits longer than that pass, and the order of
+the bytes is kept; ``close`` sends what is held first.
 """
 
 from __future__ import annotations
@@ -51,4 +52,11 @@ class OneWriteProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol over a ``OneWriteTransport``."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]
-        super().connection_made(OneWriteTransport(transport))  # pyright: ignore[reportArgumentType]
+        self._one_write = OneWriteTransport(transport)
+        super().connection_made(self._one_write)  # pyright: ignore[reportArgumentType]
+
+    def on_response_complete(self) -> None:
+        # The whole response is written: send it now, not after whatever else this pass
+        # of the loop runs (the gateway records the answer right after answering).
+        self._one_write.flush()
+        super().on_response_complete()
