@@ -129,8 +129,8 @@ def measure(column: str, url: str, calls: int, repeat: int, keep_alive: bool) ->
     settings = (
         f"{calls} calls per kind per round, interleaved; upstream: Receiver /plain on "
         f"loopback (stdlib server, {upstream}); gateway: `perdure gateway serve` in a child "
-        f"process (uvicorn with httptools and uvloop; aiohttp to the upstream), ledger on "
-        f"{column}; one keep-alive httpx client with TCP_NODELAY"
+        f"process (uvicorn with httptools and uvloop; its httptools client to the upstream), "
+        f"ledger on {column}; one keep-alive httpx client with TCP_NODELAY"
     )
     figures: list[Figure] = [
         Figure(
