@@ -6,10 +6,18 @@ upstream that closes, and what each failure says about whether the request left.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from perdure._gateway.client import (
     BadRequest,
@@ -65,10 +73,11 @@ async def serve() -> AsyncIterator[Serve]:
     servers: list[asyncio.Server] = []
     made: list[Scripted] = []
 
-    async def start(script: Script) -> Scripted:
+    async def start(script: Script, tls: ssl.SSLContext | None = None) -> Scripted:
         scripted = Scripted(script)
-        server = await asyncio.start_server(scripted.handle, "127.0.0.1", 0)
-        scripted.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        server = await asyncio.start_server(scripted.handle, "127.0.0.1", 0, ssl=tls)
+        scheme = "https" if tls else "http"
+        scripted.url = f"{scheme}://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         servers.append(server)
         made.append(scripted)
         return scripted
@@ -81,7 +90,7 @@ async def serve() -> AsyncIterator[Serve]:
             writer.close()
 
 
-Serve = Callable[[Script], Awaitable[Scripted]]
+Serve = Callable[..., Awaitable[Scripted]]
 
 
 def always(answer: bytes, close: bool = False) -> Script:
@@ -241,4 +250,62 @@ async def test_a_request_that_would_split_is_refused_unsent(
         await upstream.request("POST", target, headers, b"")
     assert not caught.value.sent
     assert server.connections == 0
+    await upstream.close()
+
+
+def _self_signed(tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context with a fresh certificate for 127.0.0.1, and a client context
+    that trusts it."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    (tmp / "cert.pem").write_bytes(pem)
+    (tmp / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(tmp / "cert.pem", tmp / "key.pem")
+    client = ssl.create_default_context(cadata=pem.decode())
+    return server, client
+
+
+async def test_an_https_upstream_is_reached_over_tls(serve: Serve, tmp_path: Path) -> None:
+    server_tls, client_tls = _self_signed(tmp_path)
+    server = await serve(always(OK), server_tls)
+    upstream = Upstream(server.url, ssl_context=client_tls)
+    for _ in range(2):
+        response = await upstream.request("POST", "/pay", [], b"{}")
+        assert (response.status, response.body) == (200, b"ok")
+    assert server.connections == 1
+    await upstream.close()
+
+
+async def test_an_untrusted_certificate_says_nothing_was_sent(serve: Serve, tmp_path: Path) -> None:
+    server_tls, _ = _self_signed(tmp_path)
+    server = await serve(always(OK), server_tls)
+    upstream = Upstream(server.url)  # the system's trust store: the certificate is unknown
+    with pytest.raises(ConnectFailed, match="CERTIFICATE_VERIFY_FAILED") as caught:
+        await upstream.request("POST", "/pay", [], b"{}")
+    assert not caught.value.sent
+    assert server.requests == []
     await upstream.close()
