@@ -166,6 +166,17 @@ def bench(session: nox.Session) -> None:
     _run(session, "python", "-m", "benchmarks", *session.posargs)
 
 
+@nox.session(python=False)
+def bench_temporal(session: nox.Session) -> None:
+    """Issue #15's Temporal benchmark, (a)-(d), in one run on one dev server
+    (python -m benchmarks.temporal_all): one side-by-side table, one JSON
+    (benchmarks/results/temporal_all.json unless `-- --json PATH` says otherwise)."""
+    args = session.posargs
+    if "--json" not in args:
+        args = [*args, "--json", "benchmarks/results/temporal_all.json"]
+    _run(session, "python", "-m", "benchmarks.temporal_all", *args)
+
+
 #: The slice of LangGraph's own tests run with PerdureSaver (issue 11).
 LANGGRAPH_SUITE = (
     "test_pregel.py",

@@ -8,9 +8,9 @@ Every run leaves its module's record (``results/<module>.record.json``, see
 generated parts of RESULTS.md (between ``<!-- benchmarks:... -->`` markers, see
 ``benchmarks/_document.py``) are rewritten; sections written by hand outside them stay.
 
-Any module ``benchmarks/temporal*.py`` is run too (``--json results/<module>.json``;
-``PERDURE_BENCH_QUICK=1`` in quick mode). Each module declares its time budget
-(``BENCH_BUDGET_SECONDS``, see ``benchmarks/_budget.py``).
+The Temporal benchmarks run as one, ``benchmarks/temporal_all.py`` (``--json
+results/temporal_all.json``; ``PERDURE_BENCH_QUICK=1`` in quick mode). Each module
+declares its time budget (``BENCH_BUDGET_SECONDS``, see ``benchmarks/_budget.py``).
 """
 
 from __future__ import annotations
@@ -105,8 +105,10 @@ BENCHMARKS = (
 
 
 def temporal_benches() -> list[Bench]:
-    """``benchmarks/temporal*.py`` modules, if another engineer added any."""
-    return [module(p.stem) for p in sorted(HERE.glob("temporal*.py"))]
+    """``benchmarks/temporal_all.py``: the Temporal parts (``temporal_scale``,
+    ``temporal_steps``, ``temporal_plugins``) in one run on one dev server, as issue
+    #15 asks; each part stays runnable on its own."""
+    return [module("temporal_all")]
 
 
 @dataclass

@@ -484,37 +484,34 @@ def figures(results: dict[str, dict[str, Side]], notes: int, settings: str) -> l
     return out
 
 
-async def main(notes: int, repeat: int) -> list[Figure]:
-    """Start the dev server and the plugin side, run the rounds, print the tables."""
+async def measure(server: DevServer, notes: int, repeat: int) -> list[Figure]:
+    """(d) on ``server``: the plugin side started, the rounds run, the tables printed."""
     os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
     load = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="perdure-bench-plugins-"))
     payloads, state_db = tmp / "payloads", tmp / "state.db"
     prefix = f"b{uuid.uuid4().hex[:8]}-"
-    t0 = time.perf_counter()
-    with DevServer() as server:
-        print(f"dev server up in {time.perf_counter() - t0:.1f} s at {server.target}")
-        url = server.url(
-            task_queue="bench-perdure",
-            id_prefix=prefix,
-            payloads=str(payloads),
-            state=f"sqlite:///{state_db}",
-        )
-        plugins = PluginSide(server.target, "bench-plugins")
-        print(f"plugin side: {plugins.versions}")
-        client = await Client.connect(server.target)
-        backend = open_backend(url)
-        await backend.open()
-        bench: Bench | None = None
-        try:
-            bench = Bench(url, prefix, payloads, state_db, backend, plugins)
-            results = await rounds(bench, client, notes, repeat)
-        finally:
-            if bench is not None:
-                await bench.graph.aclose()
-            await perdure.shutdown()  # the backend durable() opened for the URL
-            await backend.close()
-            plugins.close()
+    url = server.url(
+        task_queue="bench-perdure",
+        id_prefix=prefix,
+        payloads=str(payloads),
+        state=f"sqlite:///{state_db}",
+    )
+    plugins = PluginSide(server.target, "bench-plugins")
+    print(f"plugin side: {plugins.versions}")
+    client = await Client.connect(server.target)
+    backend = open_backend(url)
+    await backend.open()
+    bench: Bench | None = None
+    try:
+        bench = Bench(url, prefix, payloads, state_db, backend, plugins)
+        results = await rounds(bench, client, notes, repeat)
+    finally:
+        if bench is not None:
+            await bench.graph.aclose()
+        await perdure.shutdown()  # the backend durable() opened for the URL
+        await backend.close()
+        plugins.close()
     end = os.getloadavg()
     ours = {d: importlib.metadata.version(d) for d in ("openai-agents", "temporalio", "langgraph")}
     settings = (
@@ -528,6 +525,14 @@ async def main(notes: int, repeat: int) -> list[Figure]:
     print(f"\nload average (1/5/15 min): start {load}, end {end}")
     table(results, notes, repeat)
     return figures(results, notes, settings)
+
+
+async def main(notes: int, repeat: int) -> list[Figure]:
+    """Start the dev server, then ``measure``."""
+    t0 = time.perf_counter()
+    with DevServer() as server:
+        print(f"dev server up in {time.perf_counter() - t0:.1f} s at {server.target}")
+        return await measure(server, notes, repeat)
 
 
 def cli(argv: Sequence[str] | None = None) -> None:

@@ -1,13 +1,18 @@
 """perdure on Temporal at scale, against bare Temporal on the same dev server.
 
-    uv run python -m benchmarks.temporal_scale [--runs 1000] [--steps 5] [--io-ms 20]
+    uv run python -m benchmarks.temporal_scale [--runs 1000] [--batch 200] [--pairs 4]
+                                               [--steps 5] [--io-ms 20]
                                                [--idle-runs 100] [--idle-seconds 30]
                                                [--quick] [--json PATH]
 
-* concurrency: ``--runs`` runs started at once from one process, each ``--steps``
+* concurrency: batches of runs started at once from one process, each ``--steps``
   sequential steps of ``--io-ms`` of I/O (``asyncio.sleep``), perdure on ``temporal://``
   against the same work as bare Temporal workflows of activities; wall time from the
-  first start to the last result, and failed runs (target: 0 failed, within 1.5x);
+  first start to the last result, and failed runs (target: 0 failed, within 1.5x).
+  The sides are interleaved so the ratio is fair on a shared machine: ``--pairs``
+  pairs of ``--batch`` runs, then one pair of ``--runs``, each pair a bare batch and a
+  perdure batch back to back, the side going first alternating; the ratio is taken pair
+  by pair (median [min-max]);
 * idle: ``--idle-runs`` runs suspended on a signal, one caller waiting on each
   (``backend.wait``), for ``--idle-seconds``: history events the runs gained and the
   server's own request counters (its Prometheus ``service_requests``) per operation and
@@ -34,12 +39,14 @@ import argparse
 import asyncio
 import os
 import re
+import statistics
 import tempfile
 import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -52,6 +59,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 with workflow.unsafe.imports_passed_through():
     from benchmarks import bench_workflows
     from benchmarks._results import Figure, Target, add_json_argument, write_json
+    from benchmarks._table import print_table
     from perdure import RunStatus
     from perdure._registry import open_backend
     from perdure_temporal.devserver import DevServer
@@ -217,156 +225,275 @@ async def idle(
     return gained / seconds, watched, other
 
 
-async def main(
-    runs: int, steps: int, io_ms: float, idle_runs: int, idle_seconds: float
-) -> list[Figure]:
-    tmp = Path(tempfile.mkdtemp(prefix="perdure-bench-temporal-scale-"))
-    prefix = f"s{uuid.uuid4().hex[:8]}-"
-    io = io_ms / 1000
-    figures: list[Figure] = []
-    with DevServer() as server:
-        url = server.url(task_queue="bench-scale", id_prefix=prefix, payloads=str(tmp / "p"))
-        client = await Client.connect(server.target)
-        backend = open_backend(url)
-        await backend.open()
-        stop = asyncio.Event()
-        serving = asyncio.ensure_future(backend.serve(stop=stop, concurrency=runs))
-        try:
-            async with Worker(
-                client,
-                task_queue=BARE_QUEUE,
-                workflows=[BareIoSteps],
-                activities=[bare_io],
-                workflow_runner=UnsandboxedWorkflowRunner(),
-                max_concurrent_activities=runs,
-            ):
-                await perdure_concurrent(backend, 10, steps, io)  # warm-up
-                await bare_concurrent(client, 10, steps, io)
-                before = server_requests(server.metrics_port)
-                cpu0 = cpu_seconds(server)
-                bare_s, bare_failed = await bare_concurrent(client, runs, steps, io)
-                cpu1 = cpu_seconds(server)
-                await asyncio.sleep(METRICS_DELAY)
-                middle = server_requests(server.metrics_port)
-                cpu2 = cpu_seconds(server)
-                ours_s, ours_failed = await perdure_concurrent(backend, runs, steps, io)
-                cpu3 = cpu_seconds(server)
-                await asyncio.sleep(METRICS_DELAY)
-                after = server_requests(server.metrics_port)
-            print(f"\n{runs} concurrent runs x {steps} steps x {io_ms:g} ms I/O, one process")
-            print("  server requests per run (bare | perdure):")
-            bare_ops, ours_ops = middle - before, after - middle
-            for op in sorted(set(bare_ops) | set(ours_ops)):
-                print(f"    {op:40}{bare_ops[op] / runs:7.1f} | {ours_ops[op] / runs:7.1f}")
-            print("  CPU ms per run, this process | dev server (bare, perdure):")
-            for label, a, b in (("bare", cpu0, cpu1), ("perdure", cpu2, cpu3)):
-                print(
-                    f"    {label:10}{(b[0] - a[0]) * 1000 / runs:7.1f} | "
-                    f"{(b[1] - a[1]) * 1000 / runs:7.1f}"
-                )
-            print(f"  bare Temporal activities  {bare_s:7.1f} s   {bare_failed} failed")
-            print(f"  perdure on temporal://    {ours_s:7.1f} s   {ours_failed} failed")
-            print(
-                f"  ratio                     {ours_s / bare_s:7.2f}x  (target <= 1.5x, 0 failed)"
-            )
-            settings = (
-                f"{runs} runs started at once from one process, {steps} sequential steps of "
-                f"{io_ms:g} ms asyncio.sleep each; workers in-process, one dev server; "
-                f"failed: perdure {ours_failed}, bare {bare_failed}"
-            )
-            figures.append(
-                Figure(
-                    "temporal.scale.concurrent",
-                    SECTION,
-                    f"perdure on temporal://, {runs} concurrent {steps}-step runs",
-                    "s",
-                    [ours_s],
-                    anchor="bare Temporal workflows of activities",
-                    anchor_samples=[bare_s],
-                    settings=settings,
-                    target=CONCURRENCY_TARGET,
-                    params={"runs": runs, "failed": ours_failed, "bare_failed": bare_failed},
-                )
-            )
-            figures.append(
-                Figure(
-                    "temporal.scale.failed",
-                    SECTION,
-                    f"failed perdure runs of {runs}",
-                    "runs",
-                    [float(ours_failed)],
-                    settings=settings,
-                    target=Target("value", 0.0, "0 failed"),
-                )
-            )
+@dataclass
+class Side:
+    """One side's batches of one size: wall time and failures per batch, and the dev
+    server's requests and the CPU of this process and of the server, summed."""
 
-            events, watched, other = await idle(
-                backend, client, server, prefix, idle_runs, idle_seconds
+    walls: list[float] = field(default_factory=list[float])
+    failed: list[int] = field(default_factory=list[int])
+    ops: Counter[str] = field(default_factory=Counter[str])
+    cpu: list[float] = field(default_factory=lambda: [0.0, 0.0])
+
+    async def measure(self, server: DevServer, batch: Awaitable[tuple[float, int]]) -> None:
+        """Await ``batch`` (not started yet) -> (wall s, failed); add what it cost."""
+        before, cpu0 = server_requests(server.metrics_port), cpu_seconds(server)
+        wall, failed = await batch
+        cpu1 = cpu_seconds(server)
+        await asyncio.sleep(METRICS_DELAY)  # the server publishes its counters late
+        self.ops += server_requests(server.metrics_port) - before
+        self.cpu[0] += cpu1[0] - cpu0[0]
+        self.cpu[1] += cpu1[1] - cpu0[1]
+        self.walls.append(wall)
+        self.failed.append(failed)
+
+
+def schedule(runs: int, batch: int, pairs: int) -> list[int]:
+    """The batch sizes, in order: ``pairs`` batches of ``batch`` runs, then one of
+    ``runs`` (each batch is a bare and a perdure side, see ``concurrency``)."""
+    sizes = [batch] * pairs if 0 < batch < runs else []
+    return [*sizes, runs]
+
+
+def spread(xs: Sequence[float], fmt: str = ".1f") -> str:
+    if len(xs) == 1:
+        return f"{xs[0]:{fmt}}"
+    return f"{statistics.median(xs):{fmt}} [{min(xs):{fmt}}-{max(xs):{fmt}}]"
+
+
+async def concurrency(
+    client: Client, backend: Any, server: DevServer, sizes: Sequence[int], steps: int, io: float
+) -> dict[int, dict[str, Side]]:
+    """Each batch of ``sizes`` on both sides back to back, the side that goes first
+    alternating from batch to batch, so both see the same load on a shared machine
+    and neither always runs on a server the other just warmed."""
+    out: dict[int, dict[str, Side]] = {}
+    for i, runs in enumerate(sizes):
+        sides = out.setdefault(runs, {"bare": Side(), "perdure": Side()})
+        order = ("bare", "perdure") if i % 2 == 0 else ("perdure", "bare")
+        for name in order:
+            batch = (
+                bare_concurrent(client, runs, steps, io)
+                if name == "bare"
+                else perdure_concurrent(backend, runs, steps, io)
             )
-            print(f"\n{idle_runs} suspended runs, one caller waiting on each, {idle_seconds:g} s")
-            print(f"  history events gained     {events:.3f}/s")
-            for op in WATCHED:
-                print(f"  {op:32}{watched.get(op, 0.0):.3f}/s")
-            print(
-                "  (workers' task polls, as bare Temporal workers make them: "
-                + ", ".join(f"{op} {n:.2f}/s" for op, n in sorted(other.items()))
-                + ")"
+            await sides[name].measure(server, batch)
+        bare, ours = sides["bare"], sides["perdure"]
+        print(
+            f"  batch {i + 1}/{len(sizes)}: {runs} runs, {' then '.join(order)}: bare "
+            f"{bare.walls[-1]:.1f} s ({bare.failed[-1]} failed), perdure {ours.walls[-1]:.1f} s "
+            f"({ours.failed[-1]} failed), {ours.walls[-1] / bare.walls[-1]:.2f}x",
+            flush=True,
+        )
+    return out
+
+
+def concurrency_report(
+    results: dict[int, dict[str, Side]], steps: int, io_ms: float
+) -> list[Figure]:
+    """Print the per-size tables; the figures (the largest size is
+    ``temporal.scale.concurrent``)."""
+    figures: list[Figure] = []
+    largest = max(results)
+    for runs, sides in sorted(results.items()):
+        bare, ours = sides["bare"], sides["perdure"]
+        n = len(ours.walls)
+        done = runs * n
+        ratios = [o / b for o, b in zip(ours.walls, bare.walls, strict=True)]
+        rows = [
+            ["wall time, bare Temporal activities", spread(bare.walls), "s"],
+            ["wall time, perdure on temporal://", spread(ours.walls), "s"],
+            ["ratio perdure / bare, pair by pair", spread(ratios, ".2f"), "x (target <= 1.5x)"],
+            ["failed runs, bare | perdure", f"{sum(bare.failed)} | {sum(ours.failed)}", ""],
+            [
+                "CPU ms per run, process, bare | perdure",
+                f"{bare.cpu[0] * 1e3 / done:.1f} | {ours.cpu[0] * 1e3 / done:.1f}",
+                "",
+            ],
+            [
+                "CPU ms per run, dev server, bare | perdure",
+                f"{bare.cpu[1] * 1e3 / done:.1f} | {ours.cpu[1] * 1e3 / done:.1f}",
+                "",
+            ],
+            ["dev server requests per run, bare | perdure:", "", ""],
+            *(
+                [f"  {op}",
+                 f"{bare.ops[op] / done:.1f} | {ours.ops[op] / done:.1f}", ""]
+                for op in sorted(set(bare.ops) | set(ours.ops))
+                if bare.ops[op] or ours.ops[op]
+            ),
+        ]  # fmt: skip
+        print_table(
+            f"{runs} concurrent runs x {steps} steps x {io_ms:g} ms I/O, one process, "
+            f"{n} interleaved pair{'s' if n > 1 else ''}",
+            ["", "median [min-max]", ""],
+            rows,
+            [48, 22, 0],
+            align="<><",
+        )
+        settings = (
+            f"{runs} runs started at once from one process, {steps} sequential steps of "
+            f"{io_ms:g} ms asyncio.sleep each; workers in-process, one dev server; {n} "
+            f"pair(s) of batches, the side going first alternating; failed: perdure "
+            f"{sum(ours.failed)}, bare {sum(bare.failed)} of {done} each"
+        )
+        key = "temporal.scale.concurrent" + ("" if runs == largest else f".{runs}")
+        figures.append(
+            Figure(
+                key,
+                SECTION,
+                f"perdure on temporal://, {runs} concurrent {steps}-step runs",
+                "s",
+                list(ours.walls),
+                anchor="bare Temporal workflows of activities",
+                anchor_samples=list(bare.walls),
+                settings=settings,
+                target=CONCURRENCY_TARGET,
+                params={
+                    "runs": runs,
+                    "pairs": n,
+                    "failed": sum(ours.failed),
+                    "bare_failed": sum(bare.failed),
+                },
             )
-            idle_settings = (
-                f"{idle_runs} runs suspended on wait_for_signal, one backend.wait() caller "
-                f"each, {idle_seconds:g} s window; the dev server's service_requests counters"
+        )
+        figures.append(
+            Figure(
+                key.replace("concurrent", "failed"),
+                SECTION,
+                f"failed perdure runs of {done} ({runs} at once)",
+                "runs",
+                [float(sum(ours.failed))],
+                anchor="failed bare runs",
+                anchor_samples=[float(sum(bare.failed))],
+                paired=False,
+                settings=settings,
+                target=Target("value", 0.0, "0 failed"),
             )
-            figures.append(
-                Figure(
-                    "temporal.idle.events",
-                    SECTION,
-                    "history events per second, idle suspended runs with waiters",
-                    "events/s",
-                    [events],
-                    settings=idle_settings,
-                    target=IDLE_TARGET,
-                )
-            )
-            figures.append(
-                Figure(
-                    "temporal.idle.rpcs",
-                    SECTION,
-                    "queries+updates+lists+describes per second at idle",
-                    "RPC/s",
-                    [
-                        sum(
-                            watched.get(op, 0.0)
-                            for op in WATCHED
-                            if op != "GetWorkflowExecutionHistory"
-                        )
-                    ],
-                    settings=idle_settings + "; waiters' history long polls reported apart: "
-                    f"{watched.get('GetWorkflowExecutionHistory', 0.0):.3f}/s",
-                    target=IDLE_TARGET,
-                )
-            )
-        finally:
-            stop.set()
-            await serving
-            await backend.close()
+        )
     return figures
 
 
-def cli(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=1000)
+def idle_report(
+    events: float, watched: Counter[str], other: Counter[str], runs: int, seconds: float
+) -> list[Figure]:
+    """Print the idle table; its two figures."""
+    print_table(
+        f"{runs} suspended runs, one caller waiting on each, {seconds:g} s",
+        ["", "per second"],
+        [
+            ["history events gained", f"{events:.3f}"],
+            *([op, f"{watched.get(op, 0.0):.3f}"] for op in WATCHED),
+        ],
+        [34, 10],
+    )
+    print(
+        "  (workers' task polls, as bare Temporal workers make them: "
+        + ", ".join(f"{op} {n:.2f}/s" for op, n in sorted(other.items()))
+        + ")"
+    )
+    idle_settings = (
+        f"{runs} runs suspended on wait_for_signal, one backend.wait() caller "
+        f"each, {seconds:g} s window; the dev server's service_requests counters"
+    )
+    rpcs = sum(watched.get(op, 0.0) for op in WATCHED if op != "GetWorkflowExecutionHistory")
+    return [
+        Figure(
+            "temporal.idle.events",
+            SECTION,
+            f"history events per second, {runs} idle suspended runs with waiters",
+            "events/s",
+            [events],
+            settings=idle_settings,
+            target=IDLE_TARGET,
+        ),
+        Figure(
+            "temporal.idle.rpcs",
+            SECTION,
+            f"queries+updates+lists+describes per second, {runs} idle runs with waiters",
+            "RPC/s",
+            [rpcs],
+            settings=idle_settings + "; waiters' history long polls reported apart: "
+            f"{watched.get('GetWorkflowExecutionHistory', 0.0):.3f}/s",
+            target=IDLE_TARGET,
+        ),
+    ]
+
+
+async def measure(
+    server: DevServer,
+    sizes: Sequence[int],
+    steps: int,
+    io_ms: float,
+    idle_runs: int,
+    idle_seconds: float,
+) -> list[Figure]:
+    """(a) and (c) on ``server``: the concurrency pairs, then the idle window."""
+    tmp = Path(tempfile.mkdtemp(prefix="perdure-bench-temporal-scale-"))
+    prefix = f"s{uuid.uuid4().hex[:8]}-"
+    io = io_ms / 1000
+    url = server.url(task_queue="bench-scale", id_prefix=prefix, payloads=str(tmp / "p"))
+    client = await Client.connect(server.target)
+    backend = open_backend(url)
+    await backend.open()
+    stop = asyncio.Event()
+    serving = asyncio.ensure_future(backend.serve(stop=stop, concurrency=max(sizes)))
+    try:
+        async with Worker(
+            client,
+            task_queue=BARE_QUEUE,
+            workflows=[BareIoSteps],
+            activities=[bare_io],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+            max_concurrent_activities=max(sizes),
+        ):
+            await perdure_concurrent(backend, 10, steps, io)  # warm-up
+            await bare_concurrent(client, 10, steps, io)
+            results = await concurrency(client, backend, server, sizes, steps, io)
+        figures = concurrency_report(results, steps, io_ms)
+        idled = await idle(backend, client, server, prefix, idle_runs, idle_seconds)
+        figures += idle_report(*idled, idle_runs, idle_seconds)
+    finally:
+        stop.set()
+        await serving
+        await backend.close()
+    return figures
+
+
+async def main(
+    sizes: Sequence[int], steps: int, io_ms: float, idle_runs: int, idle_seconds: float
+) -> list[Figure]:
+    with DevServer() as server:
+        return await measure(server, sizes, steps, io_ms, idle_runs, idle_seconds)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of (a) and (c), shared with ``benchmarks.temporal_all``."""
+    parser.add_argument("--runs", type=int, default=1000, help="runs of the one large pair")
+    parser.add_argument("--batch", type=int, default=200, help="runs of each smaller pair")
+    parser.add_argument("--pairs", type=int, default=4, help="smaller pairs (0: none)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--io-ms", type=float, default=20.0)
     parser.add_argument("--idle-runs", type=int, default=100)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
+
+
+def quick(ns: argparse.Namespace) -> None:
+    """``--quick``'s small counts."""
+    ns.runs, ns.batch, ns.pairs = min(ns.runs, 50), min(ns.batch, 20), min(ns.pairs, 2)
+    ns.idle_runs, ns.idle_seconds = min(ns.idle_runs, 10), 5.0
+
+
+def cli(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
     parser.add_argument("--quick", action="store_true")
     add_json_argument(parser)
     ns = parser.parse_args(argv)
     if ns.quick or os.environ.get("PERDURE_BENCH_QUICK") == "1":
-        ns.runs, ns.idle_runs, ns.idle_seconds = min(ns.runs, 50), min(ns.idle_runs, 10), 5.0
-    write_json(
-        ns.json, asyncio.run(main(ns.runs, ns.steps, ns.io_ms, ns.idle_runs, ns.idle_seconds))
-    )
+        quick(ns)
+    sizes = schedule(ns.runs, ns.batch, ns.pairs)
+    write_json(ns.json, asyncio.run(main(sizes, ns.steps, ns.io_ms, ns.idle_runs, ns.idle_seconds)))
 
 
 if __name__ == "__main__":

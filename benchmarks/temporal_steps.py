@@ -467,36 +467,41 @@ async def conversations(client: Client, backend: Any, prefix: str, turns: int) -
     return out
 
 
-async def main(n: int, times: int, turns: int) -> list[Figure]:
-    """Start a dev server, measure, print the tables; return the figures."""
+async def measure(server: DevServer, n: int, times: int, turns: int) -> list[Figure]:
+    """(b) per step and the history bytes per turn on ``server``; print the tables."""
     tmp = Path(tempfile.mkdtemp(prefix="perdure-bench-temporal-"))
     prefix = f"b{uuid.uuid4().hex[:8]}-"
     payload_dir = tmp / "payloads"
+    url = server.url(task_queue="bench", id_prefix=prefix, payloads=str(payload_dir))
+    client = await Client.connect(server.target)
+    backend = open_backend(url)
+    await backend.open()
+    try:
+        async with Worker(
+            client,
+            task_queue=BARE_QUEUE,
+            workflows=[BareSteps, NaiveChat],
+            activities=[bare_tick, bare_model],
+            # Sandboxed, as bare Temporal users run (perdure's stdlib-only workflow
+            # is not); this module's imports are passed through, not re-imported.
+            workflow_runner=SandboxedWorkflowRunner(
+                restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
+            ),
+        ):
+            figures = await per_step(client, backend, n, times)
+            series = await conversations(client, backend, prefix, turns)
+    finally:
+        await backend.close()
+    figures += history_figures(series, turns, dir_size(payload_dir))
+    return figures
+
+
+async def main(n: int, times: int, turns: int) -> list[Figure]:
+    """Start a dev server, measure, print the tables; return the figures."""
     t0 = time.perf_counter()
     with DevServer() as server:
         print(f"dev server up in {time.perf_counter() - t0:.1f} s at {server.target}")
-        url = server.url(task_queue="bench", id_prefix=prefix, payloads=str(payload_dir))
-        client = await Client.connect(server.target)
-        backend = open_backend(url)
-        await backend.open()
-        try:
-            async with Worker(
-                client,
-                task_queue=BARE_QUEUE,
-                workflows=[BareSteps, NaiveChat],
-                activities=[bare_tick, bare_model],
-                # Sandboxed, as bare Temporal users run (perdure's stdlib-only workflow
-                # is not); this module's imports are passed through, not re-imported.
-                workflow_runner=SandboxedWorkflowRunner(
-                    restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
-                ),
-            ):
-                figures = await per_step(client, backend, n, times)
-                series = await conversations(client, backend, prefix, turns)
-        finally:
-            await backend.close()
-    figures += history_figures(series, turns, dir_size(payload_dir))
-    return figures
+        return await measure(server, n, times, turns)
 
 
 def cli(argv: Sequence[str] | None = None) -> None:
