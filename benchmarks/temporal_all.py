@@ -1,6 +1,7 @@
 """Issue #15's Temporal benchmark in one run on one dev server, side by side.
 
-    uv run python -m benchmarks.temporal_all [--runs 1000] [--batch 200] [--pairs 4]
+    uv run python -m benchmarks.temporal_all [--runs 1000] [--large-pairs 2]
+                                             [--batch 200] [--pairs 4]
                                              [--idle-runs 100] [--idle-seconds 30]
                                              [--per-step 200] [--per-step-repeat 5]
                                              [--turns 50] [--plugin-repeat 3]
@@ -11,7 +12,8 @@ One ``perdure_temporal.devserver`` serves every part, one after the other:
 
 * (a) ``benchmarks.temporal_scale``: concurrent 5-step runs of 20 ms I/O per step,
   perdure against bare Temporal activities, in interleaved pairs (``--pairs`` of
-  ``--batch`` runs, then one of ``--runs``; the side going first alternating), so the
+  ``--batch`` runs, then ``--large-pairs`` of ``--runs``; the side going first
+  alternating), so the
   ratio is fair on a loaded machine; wall times, failures, the ratio pair by pair;
 * (c) the same module's idle window: ``--idle-runs`` suspended runs with one waiting
   caller each, history events and RPCs per second;
@@ -144,7 +146,7 @@ async def main(ns: argparse.Namespace) -> list[Figure]:
     started = datetime.now(UTC)
     at_start = os.getloadavg()
     print(f"temporal_all on {commit()}, {started:%Y-%m-%d %H:%M} UTC, load {at_start}")
-    sizes = temporal_scale.schedule(ns.runs, ns.batch, ns.pairs)
+    sizes = temporal_scale.schedule(ns.runs, ns.batch, ns.pairs, ns.large_pairs)
     figures: list[Figure] = []
     t0 = time.perf_counter()
     with DevServer() as server:

@@ -1,6 +1,7 @@
 """perdure on Temporal at scale, against bare Temporal on the same dev server.
 
-    uv run python -m benchmarks.temporal_scale [--runs 1000] [--batch 200] [--pairs 4]
+    uv run python -m benchmarks.temporal_scale [--runs 1000] [--large-pairs 2]
+                                               [--batch 200] [--pairs 4]
                                                [--steps 5] [--io-ms 20]
                                                [--idle-runs 100] [--idle-seconds 30]
                                                [--quick] [--json PATH]
@@ -10,9 +11,9 @@
   against the same work as bare Temporal workflows of activities; wall time from the
   first start to the last result, and failed runs (target: 0 failed, within 1.5x).
   The sides are interleaved so the ratio is fair on a shared machine: ``--pairs``
-  pairs of ``--batch`` runs, then one pair of ``--runs``, each pair a bare batch and a
-  perdure batch back to back, the side going first alternating; the ratio is taken pair
-  by pair (median [min-max]);
+  pairs of ``--batch`` runs, then ``--large-pairs`` pairs of ``--runs``, each pair a
+  bare batch and a perdure batch back to back, the side going first alternating; the
+  ratio is taken pair by pair (median [min-max]);
 * idle: ``--idle-runs`` runs suspended on a signal, one caller waiting on each
   (``backend.wait``), for ``--idle-seconds``: history events the runs gained and the
   server's own request counters (its Prometheus ``service_requests``) per operation and
@@ -248,11 +249,12 @@ class Side:
         self.failed.append(failed)
 
 
-def schedule(runs: int, batch: int, pairs: int) -> list[int]:
-    """The batch sizes, in order: ``pairs`` batches of ``batch`` runs, then one of
-    ``runs`` (each batch is a bare and a perdure side, see ``concurrency``)."""
+def schedule(runs: int, batch: int, pairs: int, large_pairs: int = 1) -> list[int]:
+    """The batch sizes, in order: ``pairs`` batches of ``batch`` runs, then
+    ``large_pairs`` of ``runs`` (each batch is a bare and a perdure side, see
+    ``concurrency``)."""
     sizes = [batch] * pairs if 0 < batch < runs else []
-    return [*sizes, runs]
+    return [*sizes, *[runs] * max(large_pairs, 1)]
 
 
 def spread(xs: Sequence[float], fmt: str = ".1f") -> str:
@@ -472,6 +474,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=1000, help="runs of the one large pair")
     parser.add_argument("--batch", type=int, default=200, help="runs of each smaller pair")
     parser.add_argument("--pairs", type=int, default=4, help="smaller pairs (0: none)")
+    parser.add_argument("--large-pairs", type=int, default=2, help="pairs of --runs runs")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--io-ms", type=float, default=20.0)
     parser.add_argument("--idle-runs", type=int, default=100)
@@ -481,6 +484,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def quick(ns: argparse.Namespace) -> None:
     """``--quick``'s small counts."""
     ns.runs, ns.batch, ns.pairs = min(ns.runs, 50), min(ns.batch, 20), min(ns.pairs, 2)
+    ns.large_pairs = 1
     ns.idle_runs, ns.idle_seconds = min(ns.idle_runs, 10), 5.0
 
 
@@ -492,7 +496,7 @@ def cli(argv: Sequence[str] | None = None) -> None:
     ns = parser.parse_args(argv)
     if ns.quick or os.environ.get("PERDURE_BENCH_QUICK") == "1":
         quick(ns)
-    sizes = schedule(ns.runs, ns.batch, ns.pairs)
+    sizes = schedule(ns.runs, ns.batch, ns.pairs, ns.large_pairs)
     write_json(ns.json, asyncio.run(main(sizes, ns.steps, ns.io_ms, ns.idle_runs, ns.idle_seconds)))
 
 

@@ -250,7 +250,10 @@ def naive_turns(history: WorkflowHistory) -> Turns:
 async def perdure_turns(client: Client, history: WorkflowHistory, step: str, turns: int) -> Turns:
     """A turn begins with the ``append`` update that records a step named ``step`` (the
     model call) and runs to the next such update (tool steps in between); the last one
-    ends at the next model call or, if none, at the next append."""
+    ends at the next model call or, if none, at the next append, or else where the
+    drive's result begins: a drive's last record (here the run's end, with its result)
+    is the activity's result, not an append, and belongs to the tail, as the naive
+    run's completion does."""
     events = list(history.events)
     appends: list[tuple[int, bool]] = []
     for i, e in enumerate(events):
@@ -270,7 +273,13 @@ async def perdure_turns(client: Client, history: WorkflowHistory, step: str, tur
         end = starts[turns]
         starts = starts[:turns]
     else:
-        end = next((i for i, _ in appends if i > starts[-1]), len(events))
+        later = (i for i, _ in appends if i > starts[-1])
+        drive_ends = (
+            i
+            for i, e in enumerate(events)
+            if i > starts[-1] and e.HasField("activity_task_completed_event_attributes")
+        )
+        end = next(later, next(drive_ends, len(events)))
     turns = split_turns(events, starts, end)
     turns.json_chars = len(history.to_json())
     return turns
