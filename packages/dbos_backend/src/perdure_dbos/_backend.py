@@ -74,6 +74,7 @@ from perdure_dbos._records import (
     listing_filter,
     pending_executors,
     pending_of,
+    status_and_marks,
     status_rows,
 )
 from perdure_dbos._serializer import StoredError
@@ -223,6 +224,9 @@ class _Runtime:
     #: Set while shutting down: drives stop before their next step.
     draining: bool = False
     live: dict[str, Live] = field(default_factory=lambda: {})
+    #: The DBOS workflow task of each run this process executes, until the task is done
+    #: (DBOS records the workflow's return in it, after ``perdure_run`` returned).
+    workflows: dict[str, asyncio.Task[Any]] = field(default_factory=lambda: {})
     #: Runs whose drive here stopped on a ``CancelledError`` the run's own code raised
     #: (a session, a tool): ``wait`` raises it to the caller, as every backend does.
     raised: dict[str, asyncio.CancelledError] = field(default_factory=lambda: {})
@@ -284,8 +288,11 @@ async def perdure_run(workflow: str, stored_input: Any) -> Any:
     """Drive the perdure run (this workflow's id) to its end, waiting durably between."""
     run_id = cast(str, DBOS.workflow_id)
     rt = runtime()
-    live = Live(asyncio.current_task())
+    task = asyncio.current_task()
+    live = Live(task)
     rt.live[run_id] = live
+    if task is not None:
+        _track(rt, run_id, task)
     rt.raised.pop(run_id, None)
     STARTING.discard(run_id)
     notify()
@@ -295,6 +302,17 @@ async def perdure_run(workflow: str, stored_input: Any) -> Any:
         live.set("done")
         if rt.live.get(run_id) is live:
             del rt.live[run_id]
+
+
+def _track(rt: _Runtime, run_id: str, task: asyncio.Task[Any]) -> None:
+    """Keep ``task`` as the run's workflow task here until it is done."""
+    rt.workflows[run_id] = task
+
+    def done(_: object) -> None:
+        if rt.workflows.get(run_id) is task:
+            del rt.workflows[run_id]
+
+    task.add_done_callback(done)
 
 
 async def _rows_of(run_ids: Sequence[str]) -> list[StatusRow]:
@@ -308,12 +326,41 @@ async def _rows_of(run_ids: Sequence[str]) -> list[StatusRow]:
     )
 
 
+async def _marked(run_ids: Sequence[str]) -> list[tuple[StatusRow, Mark | None]]:
+    """``_rows_of``, each with perdure's run row, in one statement."""
+    found = await asyncio.to_thread(
+        status_and_marks,
+        _compat.system_engine(),
+        _compat.system_tables(),
+        WORKFLOW_NAME,
+        runtime().marks.table,
+        run_ids=list(run_ids),
+    )
+    return [(st, Marks.of(row)) for st, row in found]
+
+
+@dataclass(frozen=True, slots=True)
+class _Started:
+    """What an execution reads of its run once, before its first load."""
+
+    created: float
+    details: dict[str, Any]
+    cancel: bool | None
+
+    @classmethod
+    async def read(cls, run_id: str) -> _Started:
+        found = await _marked([run_id])
+        if not found:
+            return cls(time.time(), {}, None)
+        st, mark = found[0]
+        if mark is None:
+            return cls(_seconds(st.created_ms), {}, None)
+        return cls(_seconds(st.created_ms), mark.details, mark.cancel_requested)
+
+
 async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live: Live) -> Any:
     journal = DbosJournal(rt.marks, rt.url, run_id, lambda: rt.draining)
-    rows = await _rows_of([run_id])
-    created = _seconds(rows[0].created_ms) if rows else time.time()
-    mark = await asyncio.to_thread(rt.marks.get, run_id)
-    details = mark.details if mark is not None else {}
+    started: _Started | None = None
     carried: dict[str, Any] = {}
     backoff = Backoff()
     loaded = False
@@ -322,8 +369,14 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
             async with rt.slots.held(live):
                 try:
                     if not loaded:
-                        await journal.load(stored_input, created)
+                        first = started is None
+                        if started is None:
+                            started = await _Started.read(run_id)
+                        # The first load takes the cancel flag read with the run's row.
+                        cancel = started.cancel if first else None
+                        await journal.load(stored_input, started.created, cancel=cancel)
                         loaded = True
+                    assert started is not None  # read by the first load
                     end = journal.ended()
                     if end is not None:
                         await _publish_stop(end.kind.value)
@@ -333,7 +386,12 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
                     # (a deploy) replays the history, not the code the run started with.
                     wf = get_workflow(name)
                     status = await drive(
-                        journal, wf, stored_input, journal.history, carried=carried, details=details
+                        journal,
+                        wf,
+                        stored_input,
+                        journal.history,
+                        carried=carried,
+                        details=started.details,
                     )
                 except CorruptHistoryError as exc:
                     log.error("run %s cannot be replayed: %s", run_id, exc)
@@ -493,15 +551,21 @@ class DbosBackend(Backend):
         return rows[0]
 
     async def get_run(self, run_id: str) -> RunInfo:
-        st = await self._status(run_id)
-        mark = await asyncio.to_thread(runtime().marks.get, run_id)
+        await self.open()
+        found = await _marked([run_id])
+        if not found:
+            raise RunNotFoundError(run_id)
+        st, mark = found[0]
         return _info(st, mark, await self._liveness([st]))
 
     async def _liveness(self, rows: Sequence[StatusRow]) -> Liveness:
         """The dead executors among those of the PENDING ``rows`` and, if any row waits
         for a worker (its executor dead, or enqueued), what the live workers dequeue."""
+        rt = runtime()
+        # This process's own executor is alive (it is asking): its beat is not read.
         held = {st.executor_id for st in rows if st.status == "PENDING" and st.executor_id}
-        executors = runtime().executors
+        held.discard(rt.executor_id)
+        executors = rt.executors
         dead = await asyncio.to_thread(executors.dead, held, executor_timeout()) if held else set()
         if dead or any(st.status == "ENQUEUED" for st in rows):
             workers = await asyncio.to_thread(executors.workers, executor_timeout())
@@ -532,13 +596,20 @@ class DbosBackend(Backend):
         offset = 0
         while len(out) < limit:
             # The database filters; the exact test drops the few rows it kept beyond.
-            rows = await asyncio.to_thread(
-                status_rows, engine, tables, WORKFLOW_NAME, where=where, limit=limit, offset=offset
+            found = await asyncio.to_thread(
+                status_and_marks,
+                engine,
+                tables,
+                WORKFLOW_NAME,
+                rt.marks.table,
+                where=where,
+                limit=limit,
+                offset=offset,
             )
+            rows = [st for st, _ in found]
             offset += len(rows)
-            marks = await asyncio.to_thread(rt.marks.get_many, [r.run_id for r in rows])
             live = await self._liveness(rows)
-            out += [info for st in rows if wanted(info := _listed(st, marks.get(st.run_id), live))]
+            out += [info for st, row in found if wanted(info := _listed(st, Marks.of(row), live))]
             if len(rows) < limit:
                 break
         return out[:limit]
@@ -694,7 +765,7 @@ class DbosBackend(Backend):
         while True:
             info = await self.get_run(run_id)
             if info.status in STOPPED:
-                if info.status.terminal:
+                if info.status.terminal and info.details["dbos"]["status"] not in ENDED:
                     await self._returned(run_id)
                 return info
             raised = runtime().raised.get(run_id)
@@ -716,6 +787,12 @@ class DbosBackend(Backend):
         DBOS (its CLI, ``get_result``) shows it ended once ``wait`` returns. DBOS records
         the return just after; if the executor died in between, the run's end stands and
         its recovery will return it, so this waits at most ``RETURN_GRACE``."""
+        task = runtime().workflows.get(run_id)
+        if task is not None and task.get_loop() is asyncio.get_running_loop():
+            # Its workflow runs here: DBOS records the return in that task, which is
+            # awaited (whatever it ends with), not polled for.
+            await asyncio.wait((task,), timeout=RETURN_GRACE)
+            return
         if (await self._status(run_id)).status in ENDED:
             return
         handle = await DBOS.retrieve_workflow_async(run_id)

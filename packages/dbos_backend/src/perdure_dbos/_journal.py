@@ -242,14 +242,19 @@ class DbosJournal:
 
     # -- the run's side ------------------------------------------------------------------
 
-    async def load(self, stored_input: Any, created_at: float) -> None:
-        """Read the history back and move DBOS's operation counter past it."""
+    async def load(
+        self, stored_input: Any, created_at: float, *, cancel: bool | None = None
+    ) -> None:
+        """Read the history back and move DBOS's operation counter past it; ``cancel``:
+        the cancel flag if the caller has just read it (else it is read here)."""
         found, last = await asyncio.to_thread(read_history, self.run_id, stored_input, created_at)
         _compat.skip_operations_to(last)  # before anything, even a park, records
         if isinstance(found, CorruptHistoryError):
             raise found
         self.history, self.taken = found
-        self._cancel = await asyncio.to_thread(self.marks.cancel_requested, self.run_id)
+        if cancel is None:
+            cancel = await asyncio.to_thread(self.marks.cancel_requested, self.run_id)
+        self._cancel = cancel
         self._checked = time.monotonic()
         self._moved_on = False
 

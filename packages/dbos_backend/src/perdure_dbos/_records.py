@@ -80,8 +80,14 @@ def decode(run_id: str, table: str, row: int | None, serialization: Any, text: s
         raise CorruptHistoryError(run_id, row, f"{where}: {exc}") from None
 
 
-def _status_query(t: Any) -> Any:
+def _status_query(t: Any, marks: sa.Table | None = None) -> Any:
+    """The ``StatusRow`` columns, then (with ``marks``) perdure's run row's, joined."""
     ws, wi, wo = t.workflow_status, t.workflow_input, t.workflow_output
+    joined = ws.outerjoin(wi, wi.c.workflow_uuid == ws.c.workflow_uuid).outerjoin(
+        wo, wo.c.workflow_uuid == ws.c.workflow_uuid
+    )
+    if marks is not None:
+        joined = joined.outerjoin(marks, marks.c.run_id == ws.c.workflow_uuid)
     return sa.select(
         ws.c.workflow_uuid,
         ws.c.status,
@@ -95,11 +101,8 @@ def _status_query(t: Any) -> Any:
         sa.func.coalesce(wo.c.output, ws.c.output),
         sa.func.coalesce(wo.c.error, ws.c.error),
         ws.c.queue_name,
-    ).select_from(
-        ws.outerjoin(wi, wi.c.workflow_uuid == ws.c.workflow_uuid).outerjoin(
-            wo, wo.c.workflow_uuid == ws.c.workflow_uuid
-        )
-    )
+        *(() if marks is None else marks.c),
+    ).select_from(joined)
 
 
 def status_rows(
@@ -115,8 +118,36 @@ def status_rows(
 ) -> list[StatusRow]:
     """``workflow_status`` rows of the DBOS workflow ``name``, newest first, filtered in SQL
     (``where``: further conditions, e.g. ``listing_filter``'s)."""
+    found = status_and_marks(
+        engine,
+        t,
+        name,
+        None,
+        run_ids=run_ids,
+        statuses=statuses,
+        where=where,
+        limit=limit,
+        offset=offset,
+    )
+    return [st for st, _ in found]
+
+
+def status_and_marks(
+    engine: sa.Engine,
+    t: Any,
+    name: str,
+    marks: sa.Table | None,
+    *,
+    run_ids: Sequence[str] | None = None,
+    statuses: Sequence[str] | None = None,
+    where: Sequence[Any] = (),
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[tuple[StatusRow, dict[str, Any] | None]]:
+    """``status_rows``, each with perdure's run row of it in ``marks`` (its columns by
+    name; None without one), read in one statement."""
     ws = t.workflow_status
-    query = _status_query(t).where(ws.c.name == name, *where)
+    query = _status_query(t, marks).where(ws.c.name == name, *where)
     if run_ids is not None:
         query = query.where(ws.c.workflow_uuid.in_(list(run_ids)))
     if statuses is not None:
@@ -126,7 +157,15 @@ def status_rows(
         query = query.limit(limit).offset(offset)
     with engine.connect() as conn:
         rows = conn.execute(query).all()
-    return [StatusRow(*(row[i] for i in range(12))) for row in rows]
+    keys = [] if marks is None else [c.name for c in marks.c]
+    return [(StatusRow(*(row[i] for i in range(12))), _joined(keys, row[12:])) for row in rows]
+
+
+def _joined(keys: Sequence[str], values: Sequence[Any]) -> dict[str, Any] | None:
+    """The joined run row by column name, or None where the outer join found none."""
+    if not keys or values[0] is None:
+        return None
+    return dict(zip(keys, values, strict=True))
 
 
 def step_rows(engine: sa.Engine, t: Any, run_id: str) -> list[StepRow]:
@@ -216,16 +255,18 @@ def listing_filter(
     (perdure statuses, workflow name, last change before a time) and drop almost all
     others; the caller's exact test runs on what is left."""
     ws = t.workflow_status
-    owned = sa.select(marks.c.run_id).where(marks.c.run_id == ws.c.workflow_uuid)
-    mark = sa.select(marks.c.status).where(marks.c.run_id == ws.c.workflow_uuid)
+    # Its own alias: the listing joins ``marks`` too, which would correlate these away.
+    m = marks.alias("listed_mark")
+    owned = sa.select(m.c.run_id).where(m.c.run_id == ws.c.workflow_uuid)
+    mark = sa.select(m.c.status).where(m.c.run_id == ws.c.workflow_uuid)
     out: list[Any] = []
     if workflow is not None:
-        named = owned.where(marks.c.workflow == workflow)
+        named = owned.where(m.c.workflow == workflow)
         out.append(sa.or_(named.exists(), ~owned.exists()))
     if statuses is not None:
         wanted = set(statuses)
         either = [
-            mark.where(marks.c.status.in_(sorted(wanted))).exists(),
+            mark.where(m.c.status.in_(sorted(wanted))).exists(),
             ~owned.exists(),
             # A row perdure will not decode is listed as needing attention.
             ws.c.serialization.notin_(sorted(s for s in DECODED if s is not None)),
@@ -235,7 +276,7 @@ def listing_filter(
             either.append(ws.c.status.in_(dbos))
         out.append(sa.or_(*either))
     if updated_before is not None:
-        late = owned.where(marks.c.updated_at > updated_before)
+        late = owned.where(m.c.updated_at > updated_before)
         out.append(ws.c.updated_at <= int(updated_before * 1000))
         out.append(~late.exists())
     return out

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 
 from perdure.spi import RunStatus, RunUpdate, SignalRecord, approvals
 
@@ -99,22 +100,19 @@ class Marks:
         parent: str | None,
         details: dict[str, Any] | None = None,
     ) -> None:
-        t = self.table
+        # One statement: a row already there (a start retried with the run's id) stays.
+        insert = _insert(self.engine)(self.table).values(
+            run_id=run_id,
+            workflow=workflow,
+            code_version=code_version,
+            parent_run_id=parent,
+            status=RunStatus.PENDING.value,
+            cancel_requested=0,
+            updated_at=time.time(),
+            details=_dump(details or None),
+        )
         with self.engine.begin() as c:
-            exists = c.execute(sa.select(t.c.run_id).where(t.c.run_id == run_id)).first()
-            if exists is None:
-                c.execute(
-                    sa.insert(t).values(
-                        run_id=run_id,
-                        workflow=workflow,
-                        code_version=code_version,
-                        parent_run_id=parent,
-                        status=RunStatus.PENDING.value,
-                        cancel_requested=0,
-                        updated_at=time.time(),
-                        details=_dump(details or None),
-                    )
-                )
+            c.execute(insert.on_conflict_do_nothing(index_elements=["run_id"]))
 
     def apply(self, run_id: str, update: RunUpdate, taken: Collection[int] = ()) -> bool:
         """Write a drive's last ``update`` (after its record is durable); return whether
@@ -139,20 +137,31 @@ class Marks:
         }
         awaited = update.waiting_for if update.status is RunStatus.SUSPENDED else None
         with self.engine.begin() as c:
-            c.execute(sa.update(t).where(t.c.run_id == run_id).values(**values))
+            cancel = self._write(c, run_id, values)
             if awaited is not None and self._arrived(c, run_id, awaited, taken):
                 due: dict[str, Any] = {"wake_at": now}
                 if approvals.request_of(awaited) is not None:
                     due.update(waiting_for=None, attention=None)
                 c.execute(sa.update(t).where(t.c.run_id == run_id).values(**due))
-            return self._cancel_flag(c, run_id)
+            return cancel
+
+    def _write(self, c: sa.Connection, run_id: str, values: dict[str, Any]) -> bool:
+        """Update the run's row; return its cancel flag, read by the same statement (the
+        update holds the row: no cancel request lands between)."""
+        t = self.table
+        done = c.execute(
+            sa.update(t)
+            .where(t.c.run_id == run_id)
+            .values(**values)
+            .returning(t.c.cancel_requested)
+        )
+        return bool(done.scalar())
 
     def show_running(self, run_id: str, *, closing: str | None = None) -> bool:
         """Show the run running (its drive records past its last stop); return whether
         cancellation was asked for. ``closing``: the channel of an approval request this
         drive is about to time out; if it was answered first, nothing is written and
         ``AnswerArrived`` is raised (an accepted answer is never lost)."""
-        t = self.table
         values = {
             "status": RunStatus.RUNNING.value,
             "waiting_for": None,
@@ -161,10 +170,10 @@ class Marks:
             "updated_at": time.time(),
         }
         with self.engine.begin() as c:
-            c.execute(sa.update(t).where(t.c.run_id == run_id).values(**values))
+            cancel = self._write(c, run_id, values)
             if closing is not None and self._arrived(c, run_id, closing, ()):
                 raise AnswerArrived(f"run {run_id!r}: {closing} was answered first")
-            return self._cancel_flag(c, run_id)
+            return cancel
 
     def _arrived(self, c: sa.Connection, run_id: str, name: str, taken: Collection[int]) -> bool:
         """Whether an inbox row ``name`` of the run, beyond ``taken``, is stored."""
@@ -193,6 +202,11 @@ class Marks:
         with self.engine.connect() as c:
             row = c.execute(sa.select(self.table).where(self.table.c.run_id == run_id)).first()
         return None if row is None else _mark(row._mapping)
+
+    @staticmethod
+    def of(row: dict[str, Any] | None) -> Mark | None:
+        """The ``Mark`` of a run row read elsewhere (joined to DBOS's status)."""
+        return None if row is None else _mark(row)
 
     def get_many(self, run_ids: list[str]) -> dict[str, Mark]:
         out: dict[str, Mark] = {}
@@ -320,6 +334,13 @@ def add_missing_columns(engine: sa.Engine, table: sa.Table) -> None:
         for column in (c for c in table.columns if c.name not in have):
             kind = column.type.compile(dialect=engine.dialect)
             c.execute(sa.text(f"ALTER TABLE {name} ADD COLUMN {quote(column.name)} {kind}"))
+
+
+def _insert(engine: sa.Engine) -> Any:
+    """The dialect's ``insert`` (it has ``on_conflict_do_nothing``)."""
+    if engine.dialect.name == "sqlite":
+        return sqlite.insert
+    return postgresql.insert
 
 
 def _dump(value: Any) -> str | None:
