@@ -39,14 +39,21 @@ FOREVER = 10 * 365 * 24 * 3600.0
 
 
 class Commits:
-    """Commits and rollbacks of every SQLAlchemy engine of this process, counted."""
+    """Commits, rollbacks and SQL statements of every SQLAlchemy engine of this process,
+    counted."""
 
     def __init__(self) -> None:
         self.commits = 0
         self.rollbacks = 0
+        self.statements = 0
         self._lock = threading.Lock()
         event.listen(sa.engine.Engine, "commit", self._commit)
         event.listen(sa.engine.Engine, "rollback", self._rollback)
+        event.listen(sa.engine.Engine, "before_cursor_execute", self._statement)
+
+    def _statement(self, *_: Any) -> None:
+        with self._lock:
+            self.statements += 1
 
     def _commit(self, conn: Any) -> None:
         with self._lock:
@@ -59,6 +66,10 @@ class Commits:
     def read(self) -> tuple[int, int]:
         with self._lock:
             return self.commits, self.rollbacks
+
+    def read_statements(self) -> int:
+        with self._lock:
+            return self.statements
 
 
 COMMITS = Commits()
@@ -156,7 +167,9 @@ async def run_plain(n: int) -> float:
 
 async def steps(a: dict[str, Any]) -> dict[str, Any]:
     """perdure-dbos and plain DBOS on one launched DBOS, and the embedded engine, round
-    by round (one warm-up round first); seconds per step of each."""
+    by round (one warm-up round first); seconds per step of each. The order of the two
+    DBOS sides flips every round (ABBA...), so neither always runs first after the
+    other's writes (a WAL checkpoint, a warm cache)."""
     ours: list[float] = []
     plain: list[float] = []
     embedded: list[float] = []
@@ -164,8 +177,12 @@ async def steps(a: dict[str, Any]) -> dict[str, Any]:
     embedded_backend = await perdure.connect(a["embedded_url"])
     try:
         for r in range(a["times"] + 1):
-            p = await run_plain(a["n"])
-            o = await run_perdure(dbos_backend, a["n"])
+            if r % 2:
+                o = await run_perdure(dbos_backend, a["n"])
+                p = await run_plain(a["n"])
+            else:
+                p = await run_plain(a["n"])
+                o = await run_perdure(dbos_backend, a["n"])
             e = await run_perdure(embedded_backend, a["n"])
             if r:
                 plain.append(p)
@@ -194,6 +211,7 @@ async def tx(a: dict[str, Any]) -> dict[str, Any]:
 
     await one()
     c0, r0 = COMMITS.read()
+    s0 = COMMITS.read_statements()
     t0 = time.perf_counter()
     for _ in range(a["runs"]):
         await one()
@@ -201,11 +219,12 @@ async def tx(a: dict[str, Any]) -> dict[str, Any]:
         await asyncio.sleep(a["idle"])
     seconds = time.perf_counter() - t0
     c1, r1 = COMMITS.read()
+    s1 = COMMITS.read_statements()
     if backend is None:
         DBOS.destroy()
     else:
         await perdure.shutdown()
-    return {"seconds": seconds, "commits": c1 - c0, "rollbacks": r1 - r0}
+    return {"seconds": seconds, "commits": c1 - c0, "rollbacks": r1 - r0, "statements": s1 - s0}
 
 
 async def serving() -> None:

@@ -1,19 +1,23 @@
 """perdure-dbos against plain DBOS, on dbos+sqlite and dbos+postgresql, in one run.
 
 ``python -m benchmarks.dbos_steps [--steps N] [--repeat R] [--tx-runs M] [--tx-repeat T]
-[--suspended 10,100,1000] [--window S] [--kill-repeat K] [--no-postgres] [--json PATH]``
+[--suspended 10,100,1000] [--window S] [--no-background] [--kill-repeat K] [--no-postgres]
+[--json PATH]``
 prints, per database (SQLite: files in a temporary directory; PostgreSQL: a database of
 its own on the shared server, dropped after; each part in its own schema):
 
 * **per step**: the wall time of an N-step run of trivial steps over N, perdure-dbos
   (one DBOS workflow per run, one DBOS step per perdure step) against the same workflow
   written with ``@DBOS.workflow``/``@DBOS.step``, on one launched DBOS, interleaved round
-  by round; perdure's embedded engine on the same database beside them. Target <= 1.1x.
+  by round with the order flipped every round (ABBA...), the ratio taken round by round
+  (median and range); perdure's embedded engine on the same database beside them.
+  Target <= 1.1x.
 * **transactions per run** of a 5-step run, both ways: a process runs M runs in a row,
   another the same time idle (launch, warm-up and exit the same), and the difference
   over M is counted: SQLAlchemy ``commit`` events of every engine in the process (DBOS's
   system engine carries DBOS's writes and perdure's tables alike; its ``rollback``
-  events, reads ended without a commit, beside), and on PostgreSQL the server's
+  events, reads ended without a commit, and its ``before_cursor_execute`` events, the
+  SQL statements sent, beside), and on PostgreSQL the server's
   ``pg_stat_database.xact_commit`` of the benchmark's database (read before the process
   starts and after it exits: a backend flushes its counts when it ends). The server
   counts several times more than the engine for both: every pool checkout's pre-ping
@@ -21,6 +25,7 @@ its own on the shared server, dropped after; each part in its own schema):
 * **background transactions per second** with 10, 100 and 1,000 runs suspended (waiting
   for a signal) and nothing else to do: perdure with a worker (``serve``) idle, plain
   DBOS with as many workflows waiting in ``DBOS.recv``. Target: flat in the count.
+  ``--no-background`` skips it (and ``--kill-repeat 0`` the next part).
 * **SIGKILL to resumed step across hosts**: a worker (executor id host-a) serves; a
   process with executor id host-b/i starts a 30-step run, blocks in step 10 and is
   SIGKILLed; the figure is the time from the kill to host-a's first resumed step. It is
@@ -172,7 +177,7 @@ def tx_counts(db: Database, runs: int, repeat: int) -> dict[str, dict[str, list[
     """Per kind (perdure, plain), per run: commits and reads by the engine's count, and
     commits by the server's."""
     out: dict[str, dict[str, list[float]]] = {
-        k: {"engine": [], "reads": [], "server": []} for k in ("perdure", "plain")
+        k: {"engine": [], "reads": [], "statements": [], "server": []} for k in ("perdure", "plain")
     }
     for _ in range(repeat):
         for kind in ("perdure", "plain"):
@@ -184,6 +189,7 @@ def tx_counts(db: Database, runs: int, repeat: int) -> dict[str, dict[str, list[
             x2 = settled_xact(db)
             out[kind]["engine"].append((busy["commits"] - quiet["commits"]) / runs)
             out[kind]["reads"].append((busy["rollbacks"] - quiet["rollbacks"]) / runs)
+            out[kind]["statements"].append((busy["statements"] - quiet["statements"]) / runs)
             if x0 is not None and x1 is not None and x2 is not None:
                 out[kind]["server"].append(((x1 - x0) - (x2 - x1)) / runs)
     return out
@@ -300,23 +306,25 @@ def figures_of_db(db: str, m: dict[str, Any], ns: argparse.Namespace) -> list[Fi
     for counter, how in (
         ("engine", "SQLAlchemy commit events of every engine in the process"),
         ("reads", "SQLAlchemy rollback events: reads ended without a commit"),
+        ("statements", "SQLAlchemy before_cursor_execute events: SQL statements sent"),
         ("server", "pg_stat_database.xact_commit of the benchmark's own database"),
     ):
         if not tx["perdure"][counter]:
             continue
+        what = "SQL statements" if counter == "statements" else "transactions"
         figures.append(
             Figure(
                 f"dbos.tx_per_run.{db}.{counter}",
                 "DBOS",
-                f"transactions per {TX_STEPS}-step run, perdure-dbos, {db} ({counter} count)",
-                "tx/run",
+                f"{what} per {TX_STEPS}-step run, perdure-dbos, {db} ({counter} count)",
+                "statements/run" if counter == "statements" else "tx/run",
                 tx["perdure"][counter],
                 anchor=f"plain DBOS, {db}",
                 anchor_samples=tx["plain"][counter],
                 settings=f"{tx_set}; counted as {how}",
             )
         )
-    counts = sorted(int(c) for c in idle["perdure"])
+    counts = sorted(int(c) for c in idle.get("perdure", {}))
     for kind, subject in (("perdure", "perdure-dbos, worker idle"), ("plain", "plain DBOS")):
         rate = {c: idle[kind][str(c)]["engine_per_s"] for c in counts}
         for c in counts:
@@ -339,6 +347,8 @@ def figures_of_db(db: str, m: dict[str, Any], ns: argparse.Namespace) -> list[Fi
                     params={"suspended": c, "server_per_s": server},
                 )
             )
+    if not kill:
+        return figures
     figures.append(
         Figure(
             f"recovery.cross_host.{db}.perdure_dbos",
@@ -363,17 +373,20 @@ def measure(db: Database, ns: argparse.Namespace) -> dict[str, Any]:
     m: dict[str, Any] = {"steps": per_step(db, ns.steps, ns.repeat)}
     print(f"[{db.kind}] transactions per run ...", flush=True)
     m["tx"] = tx_counts(db, ns.tx_runs, ns.tx_repeat)
-    print(f"[{db.kind}] background with {counts} suspended runs ...", flush=True)
-    m["idle"] = background(db, counts, ns.window)
-    print(f"[{db.kind}] SIGKILL across hosts ...", flush=True)
-    m["kill"] = cross_host(db, ns.kill_repeat)
+    m["idle"], m["kill"] = {}, []
+    if not ns.no_background:
+        print(f"[{db.kind}] background with {counts} suspended runs ...", flush=True)
+        m["idle"] = background(db, counts, ns.window)
+    if ns.kill_repeat:
+        print(f"[{db.kind}] SIGKILL across hosts ...", flush=True)
+        m["kill"] = cross_host(db, ns.kill_repeat)
     return m
 
 
-def _med(xs: list[float]) -> str:
+def _med(xs: list[float], digits: int = 1) -> str:
     if not xs:
         return "-"
-    return f"{statistics.median(xs):.1f} [{min(xs):.1f}-{max(xs):.1f}]"
+    return f"{statistics.median(xs):.{digits}f} [{min(xs):.{digits}f}-{max(xs):.{digits}f}]"
 
 
 def print_table(db: str, m: dict[str, Any]) -> None:
@@ -384,24 +397,28 @@ def print_table(db: str, m: dict[str, Any]) -> None:
         f"per step (µs):   perdure-dbos {_med(_us(s['perdure']))}   plain DBOS "
         f"{_med(_us(s['plain']))}   embedded {_med(_us(s['embedded']))}"
     )
-    print(f"per-step ratio perdure-dbos / plain DBOS: {_med(ratios)} (target <= 1.1)")
-    for counter in ("engine", "reads", "server"):
+    print(
+        f"per-step ratio perdure-dbos / plain DBOS, round by round: {_med(ratios, 3)} "
+        f"(n={len(ratios)}, target <= 1.1)"
+    )
+    for counter in ("engine", "reads", "statements", "server"):
         if tx["perdure"][counter]:
             print(
                 f"tx per {TX_STEPS}-step run ({counter}): perdure-dbos "
                 f"{_med(tx['perdure'][counter])}   plain DBOS {_med(tx['plain'][counter])}"
             )
-    for kind in ("perdure", "plain"):
+    for kind in idle:
         rates = ", ".join(
             f"{int(c):,}: {v['engine_per_s']:.1f}"
             + ("" if v["server_per_s"] is None else f" (server {v['server_per_s']:.1f})")
             for c, v in idle[kind].items()
         )
         print(f"background tx/s by suspended runs, {kind}: {rates}")
-    print(
-        f"SIGKILL host-b -> resumed on host-a (ms, executor timeout {KILL_TIMEOUT:g} s): "
-        f"{_med([x * 1e3 for x in m['kill']])}"
-    )
+    if m["kill"]:
+        print(
+            f"SIGKILL host-b -> resumed on host-a (ms, executor timeout {KILL_TIMEOUT:g} s): "
+            f"{_med([x * 1e3 for x in m['kill']])}"
+        )
 
 
 def main() -> None:
@@ -412,7 +429,10 @@ def main() -> None:
     parser.add_argument("--tx-repeat", type=int, default=2, help="transaction counts (default 2)")
     parser.add_argument("--suspended", default="10,100,1000", help="suspended-run counts")
     parser.add_argument("--window", type=float, default=5.0, help="background window, s")
-    parser.add_argument("--kill-repeat", type=int, default=3, help="SIGKILL rounds (default 3)")
+    parser.add_argument("--no-background", action="store_true", help="skip the suspended runs")
+    parser.add_argument(
+        "--kill-repeat", type=int, default=3, help="SIGKILL rounds (default 3; 0 skips)"
+    )
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
     add_json_argument(parser)
     ns = parser.parse_args()
