@@ -128,6 +128,7 @@ class _Proxy:
         finally:
             for task in tasks:
                 task.cancel()
+            await self.once.drain()
             for upstream in self.upstreams.values():
                 await upstream.close()
             await self.ledger.close()

@@ -91,6 +91,7 @@ def create_mcp_app(settings: McpSettings, ledger: Ledger | None = None) -> Starl
                     yield state
                 finally:
                     renew.cancel()
+                    await once.drain()
         finally:
             await store.close()
 

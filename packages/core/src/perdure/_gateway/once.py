@@ -206,6 +206,13 @@ class Once:
         finally:
             self._done(scope, key)
 
+    async def drain(self) -> None:
+        """Until every answer already handed to a caller is recorded: a gateway that
+        stops gracefully must not leave those outcomes unknown. Call before closing the
+        ledger."""
+        while self._recording:
+            await asyncio.gather(*self._recording, return_exceptions=True)
+
     def _done(self, scope: str, key: str) -> None:
         done = self._inflight.pop((scope, key), None)
         if done is not None:
