@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,16 @@ def flows() -> Any:
 def pg(tmp_path: Path) -> Iterator[str]:
     with postgresql_url(tmp_path) as url:
         yield url
+
+
+def perdure_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "perdure", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _tamper(pg: str) -> int:
@@ -78,3 +90,33 @@ def test_prune_deletes_only_payloads_written_before_the_retention(pg: str) -> No
             store.get(old)
     finally:
         store.close()
+
+
+def test_perdure_temporal_prune_payloads_deletes_the_old_rows_of_the_urls_store(
+    pg: str, tmp_path: Path
+) -> None:
+    store = PostgresPayloads(pg)
+    try:
+        old = store.put(b"old")
+    finally:
+        store.close()
+    url = fresh_url(tmp_path, payloads=quote(pg, safe=""))
+    kept = perdure_cli("temporal", "prune-payloads", "--older-than", "1h", "--url", url)
+    assert kept.returncode == 0, kept.stderr
+    assert "deleted 0 payload(s)" in kept.stdout
+    pruned = perdure_cli("temporal", "prune-payloads", "--older-than", "0s", "--url", url)
+    assert pruned.returncode == 0, pruned.stderr
+    assert "deleted 1 payload(s)" in pruned.stdout
+    store = PostgresPayloads(pg)
+    try:
+        with pytest.raises(KeyError):
+            store.get(old)
+    finally:
+        store.close()
+
+
+def test_prune_payloads_of_a_directory_store_is_refused_naming_it(tmp_path: Path) -> None:
+    url = fresh_url(tmp_path)
+    shown = perdure_cli("temporal", "prune-payloads", "--older-than", "30d", "--url", url)
+    assert shown.returncode != 0
+    assert "prune-payloads cleans a payloads=postgresql" in shown.stderr
