@@ -8,6 +8,8 @@ running, ended. Counted as SQL statements on DBOS's system engine, not timed.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,3 +68,50 @@ async def test_a_run_reads_its_row_with_dbos_status_and_not_its_own_executor_bea
     assert not beats, beats
     writes = [s for s in ours if s.startswith(("insert", "update"))]
     assert len(writes) == 3, writes
+
+
+@perdure.workflow(name="dbos_until_go")
+async def until_go() -> str:
+    await perdure.wait_for_signal("go")
+    return "went"
+
+
+#: Set in the waiter's task: statements run in its context (and the threads it hands
+#: work to, which copy it) are the waiter's.
+WAITING: contextvars.ContextVar[bool] = contextvars.ContextVar("waiting", default=False)
+
+
+async def _waiting(backend: Any, run_id: str) -> Any:
+    WAITING.set(True)
+    return await backend.wait(run_id, timeout=60)
+
+
+async def test_a_waiter_does_not_look_again_when_another_run_here_changes(
+    perdure_backend: Any, statements: list[str]
+) -> None:
+    # Run A waits for a signal in this process; while a waiter waits for it, run B runs
+    # here from start to end (its execution begins, takes a slot, ends): none of that is
+    # A's, so A's waiter looks at A once before and once after A ends, and reads A's
+    # stops stream once.
+    seen: list[str] = []
+
+    def counted(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if WAITING.get():
+            seen.append(statement)
+
+    handle = await perdure_backend.start(until_go, (), {}, run_id="a")
+    await perdure_backend.idle()
+    event.listen(_compat.system_engine(), "before_cursor_execute", counted)
+    try:
+        waiter = asyncio.create_task(_waiting(perdure_backend, "a"))
+        while len(seen) < 2:  # its first look and its stream read: it waits now
+            await asyncio.sleep(0.01)
+        other = await perdure_backend.start(five_steps, (), {}, run_id="b")
+        assert await other.result() == 10
+        assert not waiter.done()
+        await perdure_backend.signal("a", "go")
+        assert (await waiter).status is perdure.RunStatus.SUCCEEDED
+    finally:
+        event.remove(_compat.system_engine(), "before_cursor_execute", counted)
+    assert await handle.result() == "went"
+    assert len(seen) <= 4, seen

@@ -255,16 +255,6 @@ async def wait_until(done: Any) -> None:
         _waiters.discard(entry)
 
 
-async def changed() -> None:
-    """Return at the next change of a run of this process."""
-    entry = (asyncio.get_running_loop(), asyncio.Event())
-    _waiters.add(entry)
-    try:
-        await entry[1].wait()
-    finally:
-        _waiters.discard(entry)
-
-
 def runtime() -> _Runtime:
     if _runtime is None:
         raise ConfigurationError("DBOS is not launched in this process; open a DbosBackend")
@@ -299,9 +289,9 @@ async def perdure_run(workflow: str, stored_input: Any) -> Any:
     try:
         return await _execute(rt, run_id, workflow, stored_input, live)
     finally:
-        live.set("done")
         if rt.live.get(run_id) is live:
             del rt.live[run_id]
+        live.set("done")  # after: a waiter woken sees the run no longer executed here
 
 
 def _track(rt: _Runtime, run_id: str, task: asyncio.Task[Any]) -> None:
@@ -910,10 +900,29 @@ class DbosBackend(Backend):
         return recovered
 
 
+def _driven_here(run_id: str) -> bool:
+    """Whether this process starts or executes the run now."""
+    rt = _runtime
+    return rt is not None and (run_id in rt.live or run_id in STARTING)
+
+
+def _changed_here(run_id: str) -> Any:
+    """A test of whether, since this call, the run's execution here began or ended or
+    its drive here raised: what ``wait`` must look at that publishes no stop. (Other
+    runs' changes are not: each would make every waiter of the process look again.)"""
+    was = _driven_here(run_id)
+
+    def changed() -> bool:
+        rt = _runtime
+        return rt is not None and (run_id in rt.raised or _driven_here(run_id) != was)
+
+    return changed
+
+
 async def _next_stop(run_id: str, offset: int, within: float) -> bool:
     """Wait (for at most ``within`` seconds) until the run publishes its stop number
-    ``offset`` (``_publish_stop``) or a run of this process changes (a drive here may stop
-    without a stop to publish: its own ``CancelledError``); whether that stop came.
+    ``offset`` (``_publish_stop``) or its execution here begins or ends (a drive here may
+    stop without a stop to publish: its own ``CancelledError``); whether that stop came.
 
     DBOS's stream read waits on its notifications: nothing is read while the run is
     suspended, however long."""
@@ -922,7 +931,7 @@ async def _next_stop(run_id: str, offset: int, within: float) -> bool:
             run_id, STOPS, offset, polling_interval_sec=STOP_RECHECK, timeout_seconds=within
         )
     )
-    here = asyncio.ensure_future(changed())
+    here = asyncio.ensure_future(wait_until(_changed_here(run_id)))
     try:
         await asyncio.wait((stop, here), return_when=asyncio.FIRST_COMPLETED)
     finally:
