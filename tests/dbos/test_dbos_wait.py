@@ -75,8 +75,15 @@ async def test_a_waiter_reads_nothing_while_the_run_is_suspended_elsewhere(
     assert len(waiter_statements) <= 2 * ONE_LOOK, waiter_statements
 
     # The waiter still wakes when the run ends there.
+    before = len(waiter_statements)
     waiter = asyncio.create_task(_waiting(perdure_backend, "r-wait", 60.0))
-    await asyncio.sleep(0)
+
+    async def waiter_looked() -> Any:
+        return True if len(waiter_statements) > before else len(waiter_statements)
+
+    # Signal only once the waiter has looked at the suspended run, so it is the wake-up
+    # that ends its wait, not a first look at a run that already ended.
+    await until(waiter_looked, "the waiter looks at the suspended run")
     await perdure_backend.signal("r-wait", perdure.APPROVAL, {"approved": True}, by="ann")
     info = await waiter
     assert info.status is RunStatus.SUCCEEDED, info
