@@ -24,8 +24,10 @@ class HeldLedger(Ledger):
     def __init__(self, inner: Ledger) -> None:
         super().__init__(inner.db)
         self.release = asyncio.Event()
+        self.holding = asyncio.Event()
 
     async def finish(self, *args: object, **kwargs: object) -> bool:
+        self.holding.set()
         await self.release.wait()
         return await super().finish(*args, **kwargs)  # type: ignore[arg-type]
 
@@ -71,8 +73,10 @@ async def test_drain_waits_until_every_handed_answer_is_recorded(ledger: HeldLed
 
     await once.call("recv", "k", "fp", send)
     drained = asyncio.ensure_future(once.drain())
-    await asyncio.sleep(0)
-    assert not drained.done()  # the record is still held
+    await ledger.holding.wait()  # the answer's record is being written, and held
+    for _ in range(100):  # a drain that did not wait would finish within these turns
+        await asyncio.sleep(0)
+    assert not drained.done()
     ledger.release.set()
     await drained
     attempt = await ledger.get("recv", "k")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,7 @@ from urllib.parse import quote
 import psycopg
 import pytest
 from psycopg import sql
+from temporal_cli_support import perdure_cli
 
 import perdure
 from perdure import RunStatus
@@ -32,16 +31,6 @@ def flows() -> Any:
 def pg(tmp_path: Path) -> Iterator[str]:
     with postgresql_url(tmp_path) as url:
         yield url
-
-
-def perdure_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "perdure", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def _tamper(pg: str) -> int:

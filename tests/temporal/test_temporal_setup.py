@@ -3,28 +3,17 @@ attributes, which workers never create at run time; runs start there afterwards.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 from google.protobuf.duration_pb2 import Duration
+from temporal_cli_support import perdure_cli
 from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
 
 from perdure import RunStatus
 from perdure._registry import open_backend
 from perdure_temporal.testing import fresh_url, session_target
-
-
-def perdure(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "perdure", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 async def test_setup_creates_the_search_attributes_of_a_new_namespace_once(
@@ -41,10 +30,10 @@ async def test_setup_creates_the_search_attributes_of_a_new_namespace_once(
     )
     url = fresh_url(tmp_path).replace("/default?", f"/{namespace}?")
 
-    first = perdure("temporal", "setup", "--url", url)
+    first = perdure_cli("temporal", "setup", "--url", url)
     assert first.returncode == 0, first.stderr
     assert "added: PerdureStatus, PerdureWorkflow" in first.stdout
-    again = perdure("temporal", "setup", "--url", url)
+    again = perdure_cli("temporal", "setup", "--url", url)
     assert again.returncode == 0, again.stderr
     assert "present" in again.stdout
 
@@ -60,6 +49,6 @@ async def test_setup_creates_the_search_attributes_of_a_new_namespace_once(
 
 
 def test_setup_of_an_unreachable_server_says_so_with_exit_code_4() -> None:
-    shown = perdure("temporal", "setup", "--url", "temporal://127.0.0.1:1/default")
+    shown = perdure_cli("temporal", "setup", "--url", "temporal://127.0.0.1:1/default")
     assert shown.returncode == 4, shown.stderr
     assert "127.0.0.1:1" in shown.stderr and "unavailable" in shown.stderr
