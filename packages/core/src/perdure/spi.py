@@ -152,6 +152,7 @@ from perdure._records import (
 from perdure._registry import BackendFactory, open_backend, register_backend, state_url
 from perdure._retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from perdure._semantics import (
+    RUN_CANCELLED,
     Attention,
     Cancelled,
     Drained,
@@ -203,6 +204,7 @@ __all__ = [
     "KEY_FILE_ENV",
     "NO_RETRY",
     "POSITIONAL_KINDS",
+    "RUN_CANCELLED",
     "ApprovalNotPendingError",
     "Attention",
     "Audit",

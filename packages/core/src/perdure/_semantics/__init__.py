@@ -59,6 +59,7 @@ from __future__ import annotations
 from perdure._semantics import approvals, events, guards, observe
 from perdure._semantics.attention import Attention
 from perdure._semantics.context import (
+    RUN_CANCELLED,
     Cancelled,
     Drained,
     DriveContext,
@@ -70,6 +71,7 @@ from perdure._semantics.drive import drive, park_broken
 from perdure._semantics.journal import Journal
 
 __all__ = [
+    "RUN_CANCELLED",
     "Attention",
     "Cancelled",
     "Drained",

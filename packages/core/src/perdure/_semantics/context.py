@@ -40,7 +40,22 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["Cancelled", "Drained", "DriveContext", "DriveStopped", "Interrupt", "ReplayEnd"]
+__all__ = [
+    "RUN_CANCELLED",
+    "Cancelled",
+    "Drained",
+    "DriveContext",
+    "DriveStopped",
+    "Interrupt",
+    "ReplayEnd",
+]
+
+#: The message a backend cancels a drive's task with when the run itself is cancelled
+#: while a step is in flight (Temporal: the drive activity's cancellation). The step's
+#: body sees ``CancelledError``; the step then ends the run's way (``Cancelled``, or
+#: parked for an effect whose outcome nobody knows). Any other cancellation of the task
+#: (a shutdown, a timeout) propagates as it is.
+RUN_CANCELLED = "perdure: the run was cancelled"
 
 
 class Interrupt(BaseException):
@@ -272,6 +287,16 @@ class DriveContext:
             self.unreadable = error
         return self.unreadable
 
+    def _run_cancelled(self, exc: asyncio.CancelledError) -> bool:
+        """``exc`` is the run's cancellation (``RUN_CANCELLED``), delivered to a step in
+        flight: the task goes on (it compensates), so the cancellation is taken back."""
+        if RUN_CANCELLED not in exc.args or self.cancelling or not self.journal.cancel_requested:
+            return False
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            task.uncancel()
+        return True
+
     def _check_cancel(self) -> None:
         if self.journal.cancel_requested and not self.cancelling:
             raise Cancelled()
@@ -362,6 +387,21 @@ class DriveContext:
             started = time.time()
             try:
                 result = await call_plain(fn, args, kwargs)
+            except asyncio.CancelledError as exc:
+                if not self._run_cancelled(exc):
+                    raise
+                if non_idempotent:  # its intent is recorded; did the receiver act?
+                    attention = unknown_outcome(
+                        key,
+                        spec.name,
+                        args,
+                        kwargs,
+                        intent_at=None,
+                        message="the run was cancelled while the effect was in flight; "
+                        "the receiver may or may not have acted",
+                    )
+                    raise self.park(attention, key, spec.name) from None
+                raise Cancelled() from None
             except Exception as exc:
                 # The receiver refuses to apply it again (the gateway's unknown outcome):
                 # a retry cannot help, whatever the effect declares.
