@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import perdure
@@ -73,3 +74,42 @@ async def story() -> Any:
     decision = await perdure.wait_for_signal("go")
     await note("done")
     return decision
+
+
+def _release(receiver: str) -> str:
+    from perdure.testing.receivers import post
+
+    return str(post(f"{receiver}/plain/release", {})["id"])
+
+
+@perdure.step(compensate=_release)
+def reserve(receiver: str) -> str:
+    """A completed step with a compensation: a cancel must release it, once."""
+    return receiver
+
+
+@perdure.step
+async def long_lookup(receiver: str) -> str:
+    """An idempotent step that runs until it is cancelled, and tells the receiver both
+    that it began and that its body saw the cancellation."""
+    from perdure.testing.receivers import post
+
+    post(f"{receiver}/plain/lookup-began", {})
+    try:
+        await asyncio.Event().wait()  # nothing sets it: only a cancellation ends it
+    except asyncio.CancelledError:
+        post(f"{receiver}/plain/lookup-cancelled", {})
+        raise
+    return "never"
+
+
+@perdure.workflow(name="temporal_reserve_then_look_up")
+async def reserve_then_look_up(receiver: str) -> str:
+    await reserve(receiver)
+    return await long_lookup(receiver)
+
+
+@perdure.workflow(name="temporal_reserve_then_mail")
+async def reserve_then_mail(receiver: str) -> str:
+    await reserve(receiver)
+    return await mail(receiver)

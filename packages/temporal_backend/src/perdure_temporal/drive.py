@@ -34,6 +34,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from perdure.spi import (
+    RUN_CANCELLED,
     CorruptHistoryError,
     Drained,
     EventKind,
@@ -107,6 +108,10 @@ class DriveJournal:
     @property
     def cancel_requested(self) -> bool:
         return self._cancel
+
+    def run_cancelled(self) -> None:
+        """The run was cancelled while this drive ran (the activity's cancellation)."""
+        self._cancel = True
 
     @property
     def draining(self) -> bool:
@@ -321,7 +326,7 @@ class Drives:
         self.running[run_id] = task
         beat = asyncio.get_running_loop().create_task(self._heartbeat(journal))
         try:
-            return await self._await_drive(task)
+            return await self._await_drive(journal, task)
         finally:
             beat.cancel()
             with contextlib.suppress(BaseException):
@@ -385,15 +390,27 @@ class Drives:
             status = await park_broken(journal, error)
         return {"status": status.value, "record": journal.last_record}
 
-    async def _await_drive(self, task: asyncio.Task[dict[str, Any]]) -> dict[str, Any]:
-        """The drive's result. A cancellation of the activity (its workflow closed or
-        was reset, or the worker's drain period ran out) stops the drive at once;
-        unless Temporal timed the attempt out while it was alive (its worker stalled):
-        then the step in hand finishes, for up to ``ZOMBIE_GRACE``, and the drive's
-        next write, fenced out, hands an effect's outcome over (``late_outcome``)."""
+    async def _await_drive(
+        self, journal: DriveJournal, task: asyncio.Task[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The drive's result. The run's cancel (the workflow cancelled this activity;
+        a heartbeat brought it) cancels the step in flight, and the drive goes on to
+        end the run perdure's way: compensations run, an effect whose outcome nobody
+        knows parks it; the record is the result. Any other cancellation of the
+        activity (its workflow closed or was reset, or the worker's drain period ran
+        out) stops the drive at once; unless Temporal timed the attempt out while it
+        was alive (its worker stalled): then the step in hand finishes, for up to
+        ``ZOMBIE_GRACE``, and the drive's next write, fenced out, hands an effect's
+        outcome over (``late_outcome``)."""
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
+            if not task.done() and _run_cancelled():
+                journal.run_cancelled()
+                task.cancel(RUN_CANCELLED)
+                # Cancelled between two steps, the drive raises CancelledError: the
+                # activity is cancelled, and the run's next drive compensates.
+                return await task
             if not task.done() and _timed_out():
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(asyncio.shield(task), ZOMBIE_GRACE)
@@ -433,6 +450,20 @@ def _interrupted(journal: DriveJournal, exc: BaseException) -> ApplicationError:
     return ApplicationError(
         f"drive of run {journal.run_id!r} interrupted: {type(exc).__name__}: {exc}",
         type=INTERRUPTED,
+    )
+
+
+def _run_cancelled() -> bool:
+    """This attempt was cancelled by its workflow: the run is cancelled."""
+    details = activity.cancellation_details()
+    if details is None or not details.cancel_requested:
+        return False
+    return not (
+        details.timed_out
+        or details.not_found
+        or details.worker_shutdown
+        or details.reset
+        or details.paused
     )
 
 

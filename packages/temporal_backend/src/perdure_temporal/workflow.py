@@ -42,7 +42,7 @@ from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
 )
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 from perdure_temporal import story
 
@@ -127,6 +127,8 @@ class PerdureRun:
         #: recorded and what made the next drive due.
         self.last_step: str | None = carried.get("last_step")
         self.woken_by = "start" if not carried else "continued as new"
+        #: The drive activity in flight, if one is: a cancel of the run cancels it.
+        self._driving: workflow.ActivityHandle[Any] | None = None
 
     @workflow.run
     async def main(self, start: dict[str, Any]) -> dict[str, Any]:
@@ -163,8 +165,8 @@ class PerdureRun:
                 else:
                     await self._wait()
             except asyncio.CancelledError:
-                # `temporal workflow cancel` is a perdure cancellation: the next drive
-                # (or the one running, at its next write) compensates and ends it.
+                # `temporal workflow cancel` is a perdure cancellation: the drive in
+                # flight is cancelled (see ``_cancel``), or the next drive compensates.
                 self._cancel(workflow.now().timestamp())
 
     # -- scheduling -----------------------------------------------------------------------
@@ -190,20 +192,35 @@ class PerdureRun:
             start_to_close_timeout=timedelta(seconds=float(cfg["drive_timeout"])),
             heartbeat_timeout=timedelta(seconds=float(cfg["heartbeat_timeout"])),
             retry_policy=DRIVE_RETRY,
+            # A cancelled drive cancels the step in flight, compensates and records
+            # the run cancelled: its result is that record, so wait for it.
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=story.drive_summary(self.run, self.drives, self.woken_by, self.last_step),
         )
         self._tell()
         # Wait on the handle's completion, not the handle: a workflow cancellation
-        # then lands here (and is recorded) without cancelling the drive itself.
-        while not handle.done():
-            try:
-                await workflow.wait_condition(handle.done)
-            except asyncio.CancelledError:
-                self._cancel(workflow.now().timestamp())
+        # then lands here and is a perdure cancel (``_cancel`` cancels the drive).
+        self._driving = handle
+        try:
+            while not handle.done():
+                try:
+                    await workflow.wait_condition(handle.done)
+                except asyncio.CancelledError:
+                    self._cancel(workflow.now().timestamp())
+        finally:
+            self._driving = None
         try:
             outcome: dict[str, Any] = handle.result()
-        except ActivityError as exc:
-            self._park({"reason": "drive-failed", "message": str(exc.cause or exc)})
+        except (ActivityError, asyncio.CancelledError) as exc:
+            cause = exc.cause if isinstance(exc, ActivityError) else exc
+            if self.run["cancel_requested"] and isinstance(
+                cause, (CancelledError, asyncio.CancelledError)
+            ):
+                # Cancelled outside a step (or before it began): the next drive
+                # compensates and ends the run.
+                self.due = True
+                return
+            self._park({"reason": "drive-failed", "message": str(cause or exc)})
             return
         if outcome.get("record") is not None:
             # The drive's last record (its stop: ended, suspended or parked) is its
@@ -214,6 +231,9 @@ class PerdureRun:
             self.due = True
         elif self.run["status"] == "running":
             # The drive returned without a final record (a stale attempt): drive again.
+            self.due = True
+        elif self.run["status"] == "suspended" and self.run["cancel_requested"]:
+            # The drive suspended the run before its cancellation reached it.
             self.due = True
 
     async def _wait(self) -> None:
@@ -519,10 +539,18 @@ class PerdureRun:
             return
         run["cancel_requested"] = True
         run["updated_at"] = now
-        # The drive running now sees it at its next write; otherwise drive once more.
-        self.due = True
         self.woken_by = "cancel"
         self._publish()
+        # The drive in flight is cancelled (its heartbeat hears of it): the step it runs
+        # is cancelled, and the drive ends the run (compensated and cancelled, or parked
+        # on an effect whose outcome nobody knows); ``_drive`` drives again if it did
+        # not. (patched: executions recorded before this change replay unchanged)
+        driving = self._driving
+        if driving is not None and not driving.done() and workflow.patched("cancel-drive"):
+            driving.cancel()
+            return
+        # No drive in flight: the next one compensates and ends the run.
+        self.due = True
 
     def _park(self, attention: dict[str, Any]) -> None:
         self.run.update(status="needs-attention", attention=attention)
