@@ -22,13 +22,6 @@ from perdure_temporal.payloads import DirectoryPayloads
 from perdure_temporal.testing import fresh_url
 
 
-@pytest.fixture
-def flows() -> Any:
-    import temporal_flows
-
-    return temporal_flows
-
-
 @pytest.fixture(autouse=True)
 def no_temporal_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Nothing from the machine's own Temporal configuration leaks into these tests."""

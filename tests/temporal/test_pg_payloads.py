@@ -21,13 +21,6 @@ from perdure_temporal.testing import fresh_url
 
 
 @pytest.fixture
-def flows() -> Any:
-    import temporal_flows
-
-    return temporal_flows
-
-
-@pytest.fixture
 def pg(tmp_path: Path) -> Iterator[str]:
     with postgresql_url(tmp_path) as url:
         yield url

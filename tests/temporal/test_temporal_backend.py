@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,30 +19,6 @@ from perdure._registry import open_backend
 from perdure._retention import export_name
 from perdure_temporal import TemporalBackend, TemporalUrl
 from perdure_temporal.testing import fresh_url
-
-
-@pytest.fixture
-def flows() -> Any:
-    import temporal_flows
-
-    return temporal_flows
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    """A fresh task queue with the default payload threshold (16 KiB)."""
-    return fresh_url(tmp_path)
-
-
-@pytest.fixture
-async def backend(url: str) -> AsyncIterator[TemporalBackend]:
-    b = open_backend(url)
-    assert isinstance(b, TemporalBackend)
-    await b.open()
-    try:
-        yield b
-    finally:
-        await b.close()
 
 
 async def _history_bytes(url: str, run_id: str) -> int:

@@ -7,47 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from perdure import RunStatus
-from perdure._registry import open_backend
 from perdure.testing.receivers import Receiver
 from perdure_temporal import TemporalBackend, TemporalUrl
 from perdure_temporal.devserver import temporal_binary
-from perdure_temporal.testing import fresh_url, session_target
-
-
-@pytest.fixture
-def flows() -> Any:
-    import temporal_flows
-
-    return temporal_flows
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return fresh_url(tmp_path)
-
-
-@pytest.fixture
-async def backend(url: str) -> AsyncIterator[TemporalBackend]:
-    b = open_backend(url)
-    assert isinstance(b, TemporalBackend)
-    await b.open()
-    try:
-        yield b
-    finally:
-        await b.close()
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with Receiver() as r:
-        yield r
+from perdure_temporal.testing import session_target
 
 
 async def _cancel_with_temporal_cli(url: str, run_id: str) -> None:

@@ -6,31 +6,15 @@ wakes; the workflow's current details name the last step recorded and what it wa
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
 from perdure import RunStatus
-from perdure._registry import open_backend
 from perdure.testing import Patience
 from perdure_temporal import TemporalBackend, TemporalUrl
-from perdure_temporal.testing import fresh_url
-
-
-@pytest.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[TemporalBackend]:
-    b = open_backend(fresh_url(tmp_path))
-    assert isinstance(b, TemporalBackend)
-    await b.open()
-    try:
-        yield b
-    finally:
-        await b.close()
 
 
 async def _summaries(client: Client, handle: WorkflowHandle[Any, Any]) -> dict[str, list[str]]:
