@@ -14,37 +14,9 @@ import pytest
 from console_workflows import refund
 
 from perdure._errors import LeaseLostError
-from perdure._records import Event, EventKind, NewEvent, RunStatus, SignalRecord
+from perdure._records import Event, EventKind, NewEvent, RunStatus
 from perdure._semantics import drive, events, observe
-from perdure._store import RunUpdate
-
-
-class ListJournal:
-    """A journal kept in a list: the least a backend must supply."""
-
-    def __init__(self, run_id: str, lost_after: int | None = None) -> None:
-        self.run_id = run_id
-        self.url = "memory://observers"
-        self.cancel_requested = False
-        self.draining = False
-        self.appended: list[Sequence[NewEvent]] = []
-        self.updates: list[RunUpdate | None] = []
-        self.lost_after = lost_after
-
-    async def append(
-        self,
-        events: Sequence[NewEvent],
-        *,
-        update: RunUpdate | None = None,
-        consume_signal: int | None = None,
-    ) -> None:
-        if self.lost_after is not None and len(self.appended) >= self.lost_after:
-            raise LeaseLostError(f"run {self.run_id!r}: another owner took it")
-        self.appended.append(list(events))
-        self.updates.append(update)
-
-    async def next_signal(self, name: str) -> SignalRecord | None:
-        return None
+from perdure.testing.journals import ListJournal
 
 
 class Seen:

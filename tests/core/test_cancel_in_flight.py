@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -16,13 +15,11 @@ from perdure.spi import (
     RUN_CANCELLED,
     Event,
     EventKind,
-    NewEvent,
     RunStatus,
-    RunUpdate,
-    SignalRecord,
     drive,
     events,
 )
+from perdure.testing.journals import ListJournal
 
 RELEASED: list[str] = []
 #: Set by ``forever`` when its body runs (one per test: an event belongs to one loop).
@@ -50,30 +47,7 @@ async def hold_then_wait() -> None:
     await forever()
 
 
-class MemoryJournal:
-    def __init__(self) -> None:
-        self.run_id = "r"
-        self.url = "memory://"
-        self.cancel_requested = False
-        self.draining = False
-        self.appended: list[NewEvent] = []
-        self.update: RunUpdate | None = None
-
-    async def append(
-        self,
-        events: Sequence[NewEvent],
-        *,
-        update: RunUpdate | None = None,
-        consume_signal: int | None = None,
-    ) -> None:
-        self.appended.extend(events)
-        self.update = update or self.update
-
-    async def next_signal(self, name: str) -> SignalRecord | None:
-        return None
-
-
-async def _drive_until_in_flight(journal: MemoryJournal) -> asyncio.Task[RunStatus]:
+async def _drive_until_in_flight(journal: ListJournal) -> asyncio.Task[RunStatus]:
     RELEASED.clear()
     BEGAN.append(asyncio.Event())
     stored = events.encode_input("r", (), {})
@@ -87,7 +61,7 @@ async def _drive_until_in_flight(journal: MemoryJournal) -> asyncio.Task[RunStat
 
 
 async def test_the_run_cancelled_in_flight_compensates_and_ends_cancelled() -> None:
-    journal = MemoryJournal()
+    journal = ListJournal("r")
     task = await _drive_until_in_flight(journal)
 
     journal.cancel_requested = True
@@ -95,11 +69,11 @@ async def test_the_run_cancelled_in_flight_compensates_and_ends_cancelled() -> N
 
     assert await task is RunStatus.CANCELLED
     assert RELEASED == ["seat"]
-    assert journal.appended[-1].kind is EventKind.RUN_CANCELLED
+    assert journal.appended[-1][-1].kind is EventKind.RUN_CANCELLED
 
 
 async def test_any_other_cancellation_of_the_drive_propagates() -> None:
-    journal = MemoryJournal()
+    journal = ListJournal("r")
     task = await _drive_until_in_flight(journal)
 
     journal.cancel_requested = True  # requested, but this is a shutdown's cancellation
@@ -108,4 +82,4 @@ async def test_any_other_cancellation_of_the_drive_propagates() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert RELEASED == []
-    assert journal.update is None
+    assert journal.updates == [None] * len(journal.updates)  # no status was applied
