@@ -52,3 +52,21 @@ def drive(
         *extra,
         env=env,
     )
+
+
+async def worker_up(executor_id: str) -> None:
+    """Wait until the worker ``executor_id`` beats as a worker of perdure's queue (so a
+    delivery of this process leaves the run it wakes to that worker)."""
+    import sqlalchemy as sa
+
+    from perdure_dbos._backend import RECOVERY_QUEUE, runtime
+
+    async def beating() -> Any:
+        executors = runtime().executors
+        t = executors.table
+        with executors.engine.connect() as c:
+            rows = c.execute(sa.select(t.c.executor_id, t.c.queues)).all()
+        queues = {str(r[0]): str(r[1] or "").split() for r in rows}
+        return True if RECOVERY_QUEUE in queues.get(executor_id, ()) else queues
+
+    await until(beating, f"worker {executor_id} beats")

@@ -72,7 +72,7 @@ async def test_nothing_dbos_stores_for_perdure_runs_is_pickle(
 
     rows = system_rows(perdure_url)
     tables = {t for t, _, _ in rows}
-    assert {"workflow_status", "operation_outputs", "notifications"} <= tables
+    assert {"workflow_status", "operation_outputs"} <= tables
     serializations = {v for _, c, v in rows if c == "serialization" and v is not None}
     # DBOS's portable JSON, which its own CLI and API decode; never py_pickle.
     assert serializations == {"portable_json"}, serializations

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbos_spawn import drive, until
+from dbos_spawn import drive, until, worker_up
 
 import perdure
 from perdure import RunStatus
@@ -58,26 +58,28 @@ async def test_a_worker_with_four_slots_holding_ten_waiting_runs_finishes_twenty
         "-m", "perdure", "worker", "dbos_flows", "--url", processes.url, "--concurrency", "4",
         env={"DBOS__VMID": "slots-4"},
     )  # fmt: skip
+    await worker_up("slots-4")
 
-    async def held_by_worker(run_ids: list[str]) -> Any:
-        owners = [(await perdure_backend.get_run(r)).owner for r in run_ids]
-        return True if set(owners) == {"slots-4"} else tuple(owners)
+    async def suspended_by_worker(run_ids: list[str]) -> Any:
+        infos = [await perdure_backend.get_run(r) for r in run_ids]
+        states = [(i.owner, i.status, i.details["dbos"]["status"]) for i in infos]
+        return True if set(states) == {("slots-4", RunStatus.SUSPENDED, "DELAYED")} else states
 
-    await until(lambda: held_by_worker(waiting), "the worker recovers the waiting runs")
+    # A delivery that is not the awaited answer: the worker drives each run again, to
+    # the same wait, and it suspends there again, holding nothing.
+    for run_id in waiting:
+        await perdure_backend.signal(run_id, "poke", None)
+    await until(lambda: suspended_by_worker(waiting), "the worker drives the ten to their wait")
     second = drive(processes, "dbos_gated", "g", run_id="more", count=20)
     assert second.wait() == 0, second.output()
     more = [f"more-{i}" for i in range(20)]
-    await until(lambda: held_by_worker(more), "the worker recovers twenty more")
     for run_id in more:
         await perdure_backend.signal(run_id, "go", None)
     for run_id in more:
         info = await wait_for_status(perdure_backend, run_id, ENDED)
         assert info.status is RunStatus.SUCCEEDED, info
         assert info.owner == "slots-4"
-    for run_id in waiting:  # still waiting, on the worker, all along
-        info = await perdure_backend.get_run(run_id)
-        assert info.status is RunStatus.SUSPENDED, info
-        assert info.owner == "slots-4"
+    assert await suspended_by_worker(waiting) is True  # still waiting all along
     for run_id in waiting:
         await perdure_backend.signal(run_id, perdure.APPROVAL, {"approved": False}, by="ann")
     for run_id in waiting:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from dbos_spawn import drive, until
+from dbos_spawn import drive, worker_up
 from sqlalchemy import event
 
 import perdure
@@ -57,17 +57,12 @@ async def _waiting(backend: Any, run_id: str, timeout: float) -> Any:
 async def test_a_waiter_reads_nothing_while_the_run_is_suspended_elsewhere(
     perdure_backend: Any, receiver: Receiver, processes: Processes, waiter_statements: list[str]
 ) -> None:
-    # The run suspends in a process that then exits; a worker recovers it and waits
-    # for its approval there: the run is driven elsewhere.
+    # The run suspends in a process that then exits: it waits for its approval in the
+    # database, driven by nobody; a worker will drive it when it is answered.
     first = drive(processes, "dbos_approval", "w", run_id="r-wait")
     assert first.wait() == 0, first.output()
     processes.worker("dbos_flows", env={"DBOS__VMID": "waiting-worker"})
-
-    async def on_worker() -> Any:
-        info = await perdure_backend.get_run("r-wait")
-        return True if info.owner == "waiting-worker" else (info.owner, info.status)
-
-    await until(on_worker, "the worker recovers the suspended run")
+    await worker_up("waiting-worker")
     assert (await perdure_backend.get_run("r-wait")).status is RunStatus.SUSPENDED
 
     with pytest.raises(TimeoutError):

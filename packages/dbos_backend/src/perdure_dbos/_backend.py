@@ -2,9 +2,11 @@
 
 A perdure run is one DBOS workflow, ``perdure_run(workflow_name, stored_input)``, whose
 workflow id is the run id. Inside it, ``perdure.spi.drive`` runs the workflow on a
-``DbosJournal`` (each append one DBOS step); a run that suspends or parks waits in DBOS's
-durable ``recv`` on its wake topic (the timer its timeout) and is driven again when a
-signal, an operator or its timer wakes it. DBOS schedules, records and recovers; what a
+``DbosJournal`` (each append one DBOS step). A run that suspends or parks ends its DBOS
+execution as a *delayed* DBOS workflow on its queue (``Marks.suspend``), holding nothing
+while it waits; a delivery (signal, answer, operator, cancellation) enqueues it in the
+transaction that stores the delivery, DBOS's own timer when its delay passes, and a
+worker of its queue dequeues and drives it again. DBOS schedules, records and recovers; what a
 step does on replay, intents, retries, parking, cancellation and the history are
 perdure's, the same as on every backend.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import threading
@@ -88,10 +91,10 @@ WORKFLOW_NAME = "perdure_run"
 #: DBOS launched (DBOS's internal queue, where its own recovery puts them, is dequeued
 #: by every launched process).
 RECOVERY_QUEUE = "perdure"
-#: The topic a run's execution waits on while suspended or parked.
-WAKE = "__perdure_wake__"
-#: A wait with no timer: DBOS's recv needs a finite timeout.
-FOREVER = 10 * 365 * 24 * 3600.0
+#: Seconds: a run whose timer is due within this naps in the process that drives it
+#: (``_nap``) instead of suspending; DBOS enqueues a delayed workflow within a second
+#: of its delay and a worker dequeues it within a second more.
+NAP = 2.0
 #: DBOS's statuses of a workflow that returned: the run ended.
 ENDED = ("SUCCESS", "ERROR", "CANCELLED")
 STOPPED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_ATTENTION)
@@ -172,8 +175,8 @@ class Live:
 
 class Slots:
     """How many runs this process drives at once (``serve(concurrency=)``; unbounded
-    until a worker sets it). A run holds a slot only while it drives: waiting for a
-    signal or a timer in DBOS's ``recv`` it holds none. Shared by the event loops DBOS
+    until a worker sets it). A run holds a slot only while it drives: suspended (or
+    napping until a near timer) it holds none. Shared by the event loops DBOS
     runs workflows on, so counted under a thread lock."""
 
     def __init__(self) -> None:
@@ -230,6 +233,9 @@ class _Runtime:
     #: Runs whose drive here stopped on a ``CancelledError`` the run's own code raised
     #: (a session, a tool): ``wait`` raises it to the caller, as every backend does.
     raised: dict[str, asyncio.CancelledError] = field(default_factory=lambda: {})
+    #: Runs whose execution here ended by suspending: a delivery this process sends one
+    #: has it driven here again if no worker would (``_serve_if_unserved``).
+    suspended_here: set[str] = field(default_factory=lambda: set())
 
 
 _runtime: _Runtime | None = None
@@ -261,13 +267,14 @@ def runtime() -> _Runtime:
     return _runtime
 
 
-async def wake(run_id: str) -> None:
-    """Wake the run's execution wherever it waits; if this process executes it, it
-    counts as running from now (``idle`` does not return before it took the news)."""
+def wake(run_id: str) -> None:
+    """After a delivery to the run: if it naps in this process (``_nap``), it counts as
+    running from now and drives again (``idle`` does not return before it took the
+    news); the delivery's own transaction enqueued it if it was suspended."""
     live = runtime().live.get(run_id)
     if live is not None and live.state == "waiting":
         live.set("running")
-    await DBOS.send_async(run_id, None, topic=WAKE)
+    notify()
 
 
 # -- the one DBOS workflow ---------------------------------------------------------------
@@ -336,6 +343,8 @@ class _Started:
     created: float
     details: dict[str, Any]
     cancel: bool | None
+    #: The run's deliveries, read with the cancel flag (before the inbox).
+    seen: int | None = None
 
     @classmethod
     async def read(cls, run_id: str) -> _Started:
@@ -345,10 +354,12 @@ class _Started:
         st, mark = found[0]
         if mark is None:
             return cls(_seconds(st.created_ms), {}, None)
-        return cls(_seconds(st.created_ms), mark.details, mark.cancel_requested)
+        return cls(_seconds(st.created_ms), mark.details, mark.cancel_requested, mark.deliveries)
 
 
 async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live: Live) -> Any:
+    if name not in registered_workflows():
+        await _hand_back(rt, run_id, name)
     journal = DbosJournal(rt.marks, rt.url, run_id, lambda: rt.draining)
     started: _Started | None = None
     carried: dict[str, Any] = {}
@@ -362,9 +373,11 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
                         first = started is None
                         if started is None:
                             started = await _Started.read(run_id)
-                        # The first load takes the cancel flag read with the run's row.
+                        # The first load takes the cancel flag (and the deliveries) read
+                        # with the run's row.
                         cancel = started.cancel if first else None
-                        await journal.load(stored_input, started.created, cancel=cancel)
+                        seen = started.seen if first else None
+                        await journal.load(stored_input, started.created, cancel=cancel, seen=seen)
                         loaded = True
                     assert started is not None  # read by the first load
                     end = journal.ended()
@@ -416,29 +429,118 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
             # Another executor has the run, or this process shuts down: leave the DBOS
             # workflow PENDING for whoever recovers it; nothing more is written here.
             log.info("run %s: %s; this execution stops", run_id, type(exc).__name__)
-            raise asyncio.CancelledError() from None
+            raise _ended_here() from None
         backoff.reset()
         if status.terminal:
             end = journal.ended()
             assert end is not None
             await _publish_stop(end.kind.value)
+            rt.suspended_here.discard(run_id)
             return _outcome(end)
         if status is RunStatus.NEEDS_ATTENTION:
             await _publish_stop(status.value)
         update = journal.last_update
         wake_at = update.wake_at if update is not None else None
-        timeout = FOREVER if wake_at is None else max(0.0, wake_at - time.time())
-        live.set("waiting")
-        try:
-            await DBOS.recv_async(WAKE, timeout)
-        except Exception as exc:
-            if classify(exc) != "transient":
-                raise
-            log.warning("run %s: the database is away (%s); retrying", run_id, exc)
-            await asyncio.sleep(backoff.delay())
+        if wake_at is not None and wake_at - time.time() <= NAP:
+            live.set("waiting")
+            await _nap(live, wake_at)
+        # Still "running" while the suspension is written: ``idle`` (and a drain) waits
+        # for it, so a process that exits after ``idle`` leaves the run suspended.
+        elif await _suspended(rt, journal, wake_at, backoff):
+            # The DBOS execution ends here, holding nothing (no slot, coroutine or
+            # connection) while the run waits: a delivery or DBOS's timer enqueues it
+            # and a worker drives it again. Nothing fails: CancelledError ends a DBOS
+            # execution without recording an outcome.
+            log.debug("run %s: suspended until %s", run_id, wake_at)
+            rt.suspended_here.add(run_id)
+            raise _ended_here()
         # Every drive replays the history as stored, as on every backend: a row
         # corrupted or repaired while the run waited is seen, not a copy in memory.
         loaded = False
+
+
+#: Set in a run's execution that perdure ends on purpose (suspended, handed back, lost).
+_ENDING: contextvars.ContextVar[bool] = contextvars.ContextVar("perdure_dbos_ending", default=False)
+
+
+def _ended_here() -> asyncio.CancelledError:
+    """The exception that ends this DBOS execution without an outcome (DBOS records
+    nothing for a cancelled task); DBOS's warning about it is not logged."""
+    _ENDING.set(True)
+    return asyncio.CancelledError()
+
+
+class _QuietEnds(logging.Filter):
+    """Drops DBOS's "Asyncio task cancelled" warning for an execution perdure ended on
+    purpose (every suspension ends one); a real cancellation is still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_ENDING.get() and record.getMessage().startswith("Asyncio task cancelled"))
+
+
+_QUIET_ENDS = _QuietEnds()
+
+
+#: Seconds a run dequeued by a process without its workflow waits before it is enqueued
+#: again, for a process that has it.
+HAND_BACK = 5.0
+
+
+async def _hand_back(rt: _Runtime, run_id: str, name: str) -> None:
+    """This process dequeued a run whose workflow it does not have (a worker of other
+    modules on the same queue): put it back, delayed, for a process that has it, rather
+    than park it; this execution stops."""
+    log.warning(
+        "run %s: workflow %r is not registered in this process; handing it back", run_id, name
+    )
+
+    def put_back(owner_xid: str) -> None:
+        with _compat.system_engine().begin() as c:
+            wake_ms = int((time.time() + HAND_BACK) * 1000)
+            _compat.suspend_workflow(c, run_id, owner_xid, wake_ms, RECOVERY_QUEUE)
+
+    await asyncio.to_thread(put_back, _compat.current_owner_xid())
+    raise _ended_here()
+
+
+async def _nap(live: Live, wake_at: float) -> None:
+    """Wait in this process, reading nothing, until ``wake_at`` or until this process
+    wakes the run (``wake``): for a timer so near that suspending the run would only
+    delay it (DBOS enqueues delayed workflows once a second). A delivery from another
+    process is taken when the nap ends."""
+    left = wake_at - time.time()
+    if left > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wait_until(lambda: live.state != "waiting"), left)
+
+
+async def _suspended(
+    rt: _Runtime, journal: DbosJournal, wake_at: float | None, backoff: Backoff
+) -> bool:
+    """Suspend the run (``Marks.suspend``): whether it is; False when a delivery came
+    since the drive loaded (it drives again). If another execution owns the workflow,
+    this one stops (``CancelledError``)."""
+    queue = RECOVERY_QUEUE
+    try:
+        outcome = await asyncio.to_thread(
+            rt.marks.suspend,
+            journal.run_id,
+            journal.seen,
+            _compat.current_owner_xid(),
+            wake_at,
+            queue,
+        )
+    except Exception as exc:
+        if classify(exc) != "transient":
+            raise
+        log.warning("run %s: the database is away (%s); retrying", journal.run_id, exc)
+        await asyncio.sleep(backoff.delay())
+        return False
+    if outcome == "lost":
+        # Another execution owns the workflow: this one stops, writing nothing more.
+        log.info("run %s: LeaseLostError; this execution stops", journal.run_id)
+        raise _ended_here()
+    return outcome == "suspended"
 
 
 async def _publish_stop(what: str) -> None:
@@ -521,7 +623,9 @@ class DbosBackend(Backend):
             return
         _runtime = None
         await _stop(rt, self.grace_seconds)
-        _runtime = _launch(self.parsed, listening=rt.listening | wanted)
+        # The same executor id: DBOS's recovery at launch takes back what the drain
+        # left PENDING here.
+        _runtime = _launch(self.parsed, listening=rt.listening | wanted, executor_id=rt.executor_id)
         _runtime.refs = rt.refs
         await _compat.use_dbos_thread_pool()
         await DBOS.register_queue_async(RECOVERY_QUEUE)
@@ -686,25 +790,33 @@ class DbosBackend(Backend):
         else:
             guards.check_can_signal(run_id, info.status)
             await asyncio.to_thread(marks.deliver, run_id, name, data, by, authorization)
-        await wake(run_id)
+        wake(run_id)
+        if run_id in runtime().suspended_here:
+            await self._serve_if_unserved(info)
 
     async def _cancel(self, run_id: str) -> RunInfo:
         info = await self.get_run(run_id)
         guards.check_can_cancel(run_id, info.status)
         await asyncio.to_thread(runtime().marks.request_cancel, run_id)
-        await wake(run_id)
+        wake(run_id)
+        if run_id in runtime().suspended_here:
+            await self._serve_if_unserved(info)
         return await self.get_run(run_id)
 
     async def _admin(self, run_id: str, event: Any) -> RunInfo:
         """Hand an operator's record to the run (it appends it at its next drive) and
         make the run due now."""
         rt = runtime()
+        # Shown suspended first: the delivery may have the run driven at once.
+        await asyncio.to_thread(rt.marks.apply, run_id, RunUpdate(RunStatus.SUSPENDED))
         await asyncio.to_thread(
             rt.marks.deliver, run_id, ADMIN, [pack(event, time.time())], None, None
         )
-        await asyncio.to_thread(rt.marks.apply, run_id, RunUpdate(RunStatus.SUSPENDED))
-        await wake(run_id)
-        return await self.get_run(run_id)
+        wake(run_id)
+        info = await self.get_run(run_id)
+        if run_id in rt.suspended_here:
+            await self._serve_if_unserved(info)
+        return info
 
     async def _resume(
         self,
@@ -761,16 +873,46 @@ class DbosBackend(Backend):
             raised = runtime().raised.get(run_id)
             if raised is not None:
                 raise raised
-            if drive and "stranded" in info.details:
-                # Its executor is dead: this process becomes an executor of recovered
-                # runs (as a worker is) and hands the run to DBOS's recovery.
-                await self._listen()
-                await self.recover_dead()
+            if drive:
+                await self._drive_here(info)
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError(f"run {run_id!r} still {info.status.value} after {timeout}s")
             if await _next_stop(run_id, stops, STOP_RECHECK if left is None else left):
                 stops += 1
+
+    async def _drive_here(self, info: RunInfo) -> None:
+        """For ``wait(drive=True)``: if no live worker will drive the run when it is
+        due, this process becomes an executor of perdure's queue (as a worker is), so
+        DBOS dequeues it here: a run whose executor died (handed to DBOS's recovery), one
+        woken and enqueued, one suspended until a timer."""
+        dbos: dict[str, Any] = info.details.get("dbos") or {}
+        if "stranded" in info.details:
+            if info.details.get("unserved"):
+                await self._listen()
+            if dbos.get("status") == _compat.PENDING:  # its executor died
+                await self.recover_dead()
+            return
+        if dbos.get("status") == _compat.DELAYED and info.wake_at is not None:
+            await self._serve_if_unserved(info)
+
+    async def _serve_if_unserved(self, info: RunInfo) -> None:
+        """Become an executor of perdure's queue if the run waits there (or will, when
+        woken) and no live worker of its application version dequeues it, so that it is
+        driven here, as before it suspended. Only a process that can drive the run (its
+        workflow registered here) and is not an executor of the queue yet."""
+        dbos: dict[str, Any] = info.details.get("dbos") or {}
+        if (
+            RECOVERY_QUEUE in runtime().listening
+            or dbos.get("status") not in (_compat.DELAYED, _compat.ENQUEUED)
+            or info.workflow not in registered_workflows()
+            or dbos.get("queue") not in (None, RECOVERY_QUEUE)
+            or get_workflow(info.workflow).queue is not None
+        ):
+            return
+        workers = await asyncio.to_thread(runtime().executors.workers, executor_timeout())
+        if RECOVERY_QUEUE not in workers.get(str(dbos.get("application_version")), ()):
+            await self._listen()
 
     async def _returned(self, run_id: str) -> None:
         """Wait a moment for the workflow of a run whose end is recorded to return, so
@@ -813,7 +955,7 @@ class DbosBackend(Backend):
         With ``queue``, also dequeue that DBOS queue (the runs of workflows declared
         ``@perdure.workflow(queue=...)``) with its limits: at most ``concurrency`` of its
         runs on this executor at once (DBOS's worker concurrency: a dequeued run counts
-        until it ends, as DBOS counts every queued workflow) and at most ``rate`` per
+        while it drives; suspended, it counts no more) and at most ``rate`` per
         second dequeued by all its workers (DBOS's limiter)."""
         if rate is not None and queue is None:
             raise ConfigurationError(
@@ -993,8 +1135,10 @@ def _sqlite_wal(path: str) -> None:
         conn.execute("PRAGMA journal_mode = WAL")
 
 
-def _launch(parsed: DbosUrl, *, listening: frozenset[str] = frozenset()) -> _Runtime:
-    executor_id = configured_executor_id()
+def _launch(
+    parsed: DbosUrl, *, listening: frozenset[str] = frozenset(), executor_id: str | None = None
+) -> _Runtime:
+    executor_id = executor_id or configured_executor_id()
     config: DBOSConfig = {
         "name": "perdure",
         "system_database_url": parsed.system_database_url,
@@ -1016,6 +1160,7 @@ def _launch(parsed: DbosUrl, *, listening: frozenset[str] = frozenset()) -> _Run
         # Before DBOS launches: its recovery at launch would replay such runs wrongly.
         check_no_unfinished_old_runs(parsed.system_database_url, parsed.schema)
         DBOS(config=config)
+        logging.getLogger("dbos").addFilter(_QUIET_ENDS)  # once: a filter is a set member
         DBOS.listen_queues(sorted(listening))
         DBOS.launch()
     except OldLayoutError:
@@ -1098,9 +1243,9 @@ class Liveness:
     dead: set[str]
     workers: dict[str, set[str]] | None = None
 
-    def waiting(self, st: StatusRow, workflow: str) -> str | None:
-        """Why no worker drives the run, if none does: its executor died, or it is
-        enqueued; and whether a live worker of its application version will take it."""
+    def waiting(self, st: StatusRow, workflow: str) -> tuple[str, bool] | None:
+        """Why no worker drives the run, if none does (its executor died, or it is
+        enqueued) and whether a live worker of its application version will take it."""
         version = st.app_version or "?"
         if st.status == "PENDING" and (st.executor_id or "") in self.dead:
             why, queue = f"executor {st.executor_id} died", RECOVERY_QUEUE
@@ -1111,14 +1256,14 @@ class Liveness:
             return None
         workers = self.workers or {}
         if queue in workers.get(version, ()):
-            return f"{why}; a live worker of application version {version} will take it"
+            return f"{why}; a live worker of application version {version} will take it", True
         live = ", ".join(sorted(workers)) or "none"
         flag = "" if queue == RECOVERY_QUEUE else f" --queue {queue}"
         return (
             f"{why}; no live worker of application version {version} dequeues {queue!r}"
             f" (live workers' versions: {live}): start `perdure worker{flag}` with"
             f" workflow {workflow!r} and PERDURE_CODE_VERSION={version}"
-        )
+        ), False
 
 
 def _info(st: StatusRow, mark: Mark | None, live: Liveness) -> RunInfo:
@@ -1142,6 +1287,7 @@ def _info(st: StatusRow, mark: Mark | None, live: Liveness) -> RunInfo:
                 "status": st.status,
                 "executor_id": st.executor_id,
                 "application_version": st.app_version,
+                "queue": st.queue,
             },
         },
     )
@@ -1172,7 +1318,9 @@ def _info(st: StatusRow, mark: Mark | None, live: Liveness) -> RunInfo:
             info.status = RunStatus.PENDING
     stranded = None if info.status.terminal else live.waiting(st, workflow)
     if stranded is not None:
-        info.details["stranded"] = stranded
+        info.details["stranded"] = stranded[0]
+        if not stranded[1]:
+            info.details["unserved"] = True
     return approvals.present(info)
 
 

@@ -2,13 +2,16 @@
 
 DBOS offers no public way to (a) reach its system database's engine and table
 definitions, (b) recover the PENDING workflows of a dead executor on another host
-without Conductor (its documented admin endpoint is not in this release), or (c) stop
-its pickle decoder. Each use is a function here; an upgrade that moves a name
-fails that test loudly instead of breaking a code path at run time.
+without Conductor (its documented admin endpoint is not in this release), (c) stop
+its pickle decoder, or (d) end a workflow's execution as a delayed workflow (a
+suspended run) and wake it, fenced, in the transaction of perdure's own write. Each
+use is a function here; an upgrade that moves a name fails that test loudly instead
+of breaking a code path at run time.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, NoReturn, cast
 
 import sqlalchemy as sa
@@ -93,6 +96,71 @@ def recover(run_ids: list[str], dead: list[str], queue: str) -> list[str]:
     return [run_id for run_id in run_ids if sys_db.reenqueue_for_recovery(run_id, dead, queue)]
 
 
+#: DBOS's statuses a suspended run moves through (``_sys_db.WorkflowStatusString``).
+PENDING, DELAYED, ENQUEUED = "PENDING", "DELAYED", "ENQUEUED"
+
+
+def suspend_workflow(
+    c: sa.Connection, run_id: str, owner_xid: str, wake_ms: int | None, queue: str
+) -> bool:
+    """End the current execution of the PENDING workflow ``run_id`` as a DBOS *delayed*
+    workflow, on ``c`` (the caller's transaction); whether it did.
+
+    The row becomes what DBOS writes for a workflow enqueued with a delay (``DELAYED``,
+    ``delay_until_epoch_ms``, on its queue, no owner): DBOS's background job enqueues it
+    when the delay passes (one indexed statement per second for all such workflows, in
+    one process of the application) and a worker of its queue and version dequeues it,
+    with a new ``owner_xid``. ``wake_ms`` None: no delay, only ``wake_workflow`` (a
+    signal) enqueues it. It is no longer PENDING, so neither DBOS's recovery at launch
+    nor perdure's of dead executors drives it meanwhile. Fenced: only while the row is
+    PENDING and owned by ``owner_xid`` (this execution), so an execution that lost the
+    workflow cannot suspend it. The dispatch count DBOS dead-letters by restarts from
+    zero: a run that suspended cleanly has not failed a dispatch.
+
+    DBOS's public ``resume_workflow`` is not used to wake it: it re-enqueues a workflow
+    in any state but ended (a PENDING one another executor drives included) and outside
+    perdure's transaction, so two workers could drive one run.
+    """
+    ws = system_tables().workflow_status
+    done = c.execute(
+        sa.update(ws)
+        .where(ws.c.workflow_uuid == run_id, ws.c.status == PENDING, ws.c.owner_xid == owner_xid)
+        .values(
+            status=DELAYED,
+            delay_until_epoch_ms=wake_ms,
+            queue_name=sa.func.coalesce(ws.c.queue_name, queue),
+            owner_xid=None,
+            started_at_epoch_ms=None,
+            recovery_attempts=0,
+            updated_at=int(time.time() * 1000),
+        )
+    )
+    return done.rowcount == 1
+
+
+def wake_workflow(c: sa.Connection, run_id: str) -> bool:
+    """Enqueue the suspended (``DELAYED``) workflow ``run_id`` now, on ``c``; whether it
+    was suspended. What DBOS's background job does when a delay passes, at once."""
+    ws = system_tables().workflow_status
+    done = c.execute(
+        sa.update(ws)
+        .where(ws.c.workflow_uuid == run_id, ws.c.status == DELAYED)
+        .values(status=ENQUEUED, delay_until_epoch_ms=None, updated_at=int(time.time() * 1000))
+    )
+    return done.rowcount == 1
+
+
+def current_owner_xid() -> str:
+    """The ownership token of the current workflow execution (DBOS fences its writes
+    by it)."""
+    from dbos._context import get_local_dbos_context
+
+    ctx = get_local_dbos_context()
+    if ctx is None or ctx.owner_xid is None:
+        raise RuntimeError("not inside a DBOS workflow execution")
+    return str(ctx.owner_xid)
+
+
 async def use_dbos_thread_pool() -> None:
     """Point this loop's ``asyncio.to_thread`` at the launched DBOS's executor.
 
@@ -128,11 +196,14 @@ def current_function_id() -> int | None:
 __all__ = [
     "PICKLE",
     "current_function_id",
+    "current_owner_xid",
     "pickle_refused",
     "recover",
     "refuse_pickle",
     "skip_operations_to",
+    "suspend_workflow",
     "system_engine",
     "system_tables",
     "use_dbos_thread_pool",
+    "wake_workflow",
 ]

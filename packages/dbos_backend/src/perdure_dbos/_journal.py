@@ -101,7 +101,7 @@ def history_of(
         out = decode(run_id, "operation_outputs", row.function_id, row.serialization, row.output)
         decode(run_id, "operation_outputs", row.function_id, row.serialization, row.error)
         if not isinstance(out, dict) or "events" not in out:
-            continue  # DBOS's own operations (the wake-up recv and its timer)
+            continue  # DBOS's own operations (the stops stream's writes)
         record: dict[str, Any] = out  # pyright: ignore[reportUnknownVariableType]
         try:
             for item in record["events"]:
@@ -150,6 +150,8 @@ class DbosJournal:
         self.last_update: RunUpdate | None = None
         #: Whether this drive recorded past the run's last stop (it shows it running).
         self._moved_on = False
+        #: The run's deliveries when this drive loaded (``Marks.suspend`` compares them).
+        self.seen = 0
 
     # -- Journal -----------------------------------------------------------------------
 
@@ -243,18 +245,24 @@ class DbosJournal:
     # -- the run's side ------------------------------------------------------------------
 
     async def load(
-        self, stored_input: Any, created_at: float, *, cancel: bool | None = None
+        self,
+        stored_input: Any,
+        created_at: float,
+        *,
+        cancel: bool | None = None,
+        seen: int | None = None,
     ) -> None:
-        """Read the history back and move DBOS's operation counter past it; ``cancel``:
-        the cancel flag if the caller has just read it (else it is read here)."""
+        """Read the history back and move DBOS's operation counter past it; ``cancel``
+        and ``seen``: the cancel flag and the run's deliveries if the caller has just
+        read them, before the inbox (else they are read here)."""
         found, last = await asyncio.to_thread(read_history, self.run_id, stored_input, created_at)
         _compat.skip_operations_to(last)  # before anything, even a park, records
         if isinstance(found, CorruptHistoryError):
             raise found
         self.history, self.taken = found
-        if cancel is None:
-            cancel = await asyncio.to_thread(self.marks.cancel_requested, self.run_id)
-        self._cancel = cancel
+        if cancel is None or seen is None:
+            cancel, seen = await asyncio.to_thread(self.marks.load_state, self.run_id)
+        self._cancel, self.seen = cancel, seen
         self._checked = time.monotonic()
         self._moved_on = False
 

@@ -37,7 +37,7 @@ def check_no_unfinished_old_runs(system_database_url: str, schema: str | None) -
         query = (
             sa.select(old.c.run_id)
             .join(status, status.c.workflow_uuid == old.c.run_id)
-            .where(status.c.status.in_(["PENDING", "ENQUEUED"]))
+            .where(status.c.status.in_(["PENDING", "ENQUEUED", "DELAYED"]))
             .limit(5)
         )
         with engine.connect() as c:

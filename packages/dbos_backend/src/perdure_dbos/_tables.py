@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from perdure.spi import RunStatus, RunUpdate, SignalRecord, approvals
+from perdure_dbos import _compat
 
 #: The ``name`` of an inbox row that holds an operator's events, not a signal.
 ADMIN = "__perdure_admin__"
@@ -28,6 +29,10 @@ ADMIN = "__perdure_admin__"
 class AnswerArrived(Exception):
     """The approval request a drive was about to time out was answered first: the drive
     must be run again (it takes the answer), nothing of it recorded."""
+
+
+class _NotOwned(Exception):
+    """Rolls ``Marks.suspend``'s transaction back: another execution owns the workflow."""
 
 
 @dataclass(slots=True)
@@ -48,6 +53,8 @@ class Mark:
     updated_at: float
     #: What the run recorded at its start (``RunInfo.details``: its trace context).
     details: dict[str, Any]
+    #: Deliveries to the run so far (``Marks.suspend``).
+    deliveries: int = 0
 
 
 class Marks:
@@ -72,6 +79,9 @@ class Marks:
             sa.Column("cancel_requested", sa.Integer, nullable=False, server_default="0"),
             sa.Column("updated_at", sa.Float, nullable=False),
             sa.Column("details", sa.Text),
+            #: Deliveries to the run (signals, answers, operators' records, cancellation),
+            #: counted: a drive suspends only if none came since it loaded (``suspend``).
+            sa.Column("deliveries", sa.Integer),
         )
         self.inbox = sa.Table(
             "perdure_dbos_inbox",
@@ -190,13 +200,55 @@ class Marks:
             return self._cancel_flag(c, run_id)
 
     def request_cancel(self, run_id: str) -> None:
+        """Ask the run to cancel, and wake it if it is suspended (see ``deliver``)."""
         t = self.table
         with self.engine.begin() as c:
             c.execute(
                 sa.update(t)
                 .where(t.c.run_id == run_id)
-                .values(cancel_requested=1, updated_at=time.time())
+                .values(cancel_requested=1, updated_at=time.time(), deliveries=_counted(t))
             )
+            _compat.wake_workflow(c, run_id)
+
+    def load_state(self, run_id: str) -> tuple[bool, int]:
+        """Whether cancellation was asked for, and the run's deliveries so far (read
+        before the drive reads its inbox: ``suspend`` compares them)."""
+        t = self.table
+        query = sa.select(t.c.cancel_requested, t.c.deliveries).where(t.c.run_id == run_id)
+        with self.engine.connect() as c:
+            row = c.execute(query).first()
+        return (False, 0) if row is None else (bool(row[0]), int(row[1] or 0))
+
+    def suspend(
+        self, run_id: str, seen: int, owner_xid: str, wake_at: float | None, queue: str
+    ) -> str:
+        """End the run's DBOS execution as suspended until ``wake_at`` (None: until a
+        delivery), if nothing was delivered since the drive loaded (``seen``): one
+        transaction. ``"suspended"``; ``"woken"`` if a delivery came (drive again: it may
+        be what the run waits for); ``"lost"`` if this execution no longer owns the
+        workflow.
+
+        No wake-up is lost between the two sides: this and every delivery (``deliver``,
+        ``deliver_answer``, ``request_cancel``) write the run's row first, so they
+        serialize on it (a row lock on PostgreSQL, the write lock on SQLite). A delivery
+        that wrote first has counted itself, and this comparison sees it; one that comes
+        after finds the workflow suspended (``DELAYED``) and enqueues it."""
+        t = self.table
+        wake_ms = None if wake_at is None else int(wake_at * 1000)
+        try:
+            with self.engine.begin() as c:
+                same = c.execute(
+                    sa.update(t)
+                    .where(t.c.run_id == run_id, sa.func.coalesce(t.c.deliveries, 0) == seen)
+                    .values(updated_at=time.time())
+                )
+                if same.rowcount != 1:
+                    return "woken"
+                if not _compat.suspend_workflow(c, run_id, owner_xid, wake_ms, queue):
+                    raise _NotOwned
+        except _NotOwned:
+            return "lost"  # rolled back
+        return "suspended"
 
     def get(self, run_id: str) -> Mark | None:
         with self.engine.connect() as c:
@@ -240,15 +292,15 @@ class Marks:
         run suspended on it is due now (its row written first: see ``apply``)."""
         t, i = self.table, self.inbox
         now = time.time()
+        awaited = sa.and_(t.c.status == RunStatus.SUSPENDED.value, t.c.waiting_for == name)
         with self.engine.begin() as c:
             c.execute(
                 sa.update(t)
-                .where(
-                    t.c.run_id == run_id,
-                    t.c.status == RunStatus.SUSPENDED.value,
-                    t.c.waiting_for == name,
+                .where(t.c.run_id == run_id)
+                .values(
+                    deliveries=_counted(t),
+                    wake_at=sa.case((awaited, now), else_=t.c.wake_at),
                 )
-                .values(wake_at=now)
             )
             done = c.execute(
                 sa.insert(i).values(
@@ -261,6 +313,7 @@ class Marks:
                 )
             )
             key = done.inserted_primary_key
+            _compat.wake_workflow(c, run_id)
         return int(key[0]) if key is not None else 0
 
     def deliver_answer(
@@ -280,7 +333,13 @@ class Marks:
             done = c.execute(
                 sa.update(t)
                 .where(t.c.run_id == run_id, t.c.waiting_for == topic)
-                .values(waiting_for=None, attention=None, wake_at=now, updated_at=now)
+                .values(
+                    waiting_for=None,
+                    attention=None,
+                    wake_at=now,
+                    updated_at=now,
+                    deliveries=_counted(t),
+                )
             )
             if done.rowcount != 1:
                 return False
@@ -294,6 +353,7 @@ class Marks:
                     authorization=_dump(authorization),
                 )
             )
+            _compat.wake_workflow(c, run_id)
         return True
 
     def waiting(
@@ -343,6 +403,11 @@ def _insert(engine: sa.Engine) -> Any:
     return postgresql.insert
 
 
+def _counted(t: sa.Table) -> Any:
+    """One more delivery to the run (see ``Marks.suspend``)."""
+    return sa.func.coalesce(t.c.deliveries, 0) + 1
+
+
 def _dump(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
@@ -366,4 +431,5 @@ def _mark(m: Any) -> Mark:
         cancel_requested=bool(m["cancel_requested"]),
         updated_at=float(m["updated_at"]),
         details=_load(m["details"]) or {},
+        deliveries=int(m["deliveries"] or 0),
     )
