@@ -69,6 +69,10 @@ def test_private_names_for_the_system_database(perdure_backend: Any) -> None:
             "error",
             "created_at",
             "updated_at",
+            # a suspended run is a delayed workflow on its queue (_compat.suspend_workflow)
+            "queue_name",
+            "delay_until_epoch_ms",
+            "started_at_epoch_ms",
         },
         "workflow_input": {"workflow_uuid", "inputs"},
         "workflow_output": {"workflow_uuid", "output", "error"},
@@ -103,3 +107,10 @@ def test_private_names_for_the_system_database(perdure_backend: Any) -> None:
     from dbos._context import DBOSContext
 
     assert isinstance(DBOSContext().function_id, int)
+    # Suspension fences on the execution's ownership token and moves the row through
+    # DBOS's own statuses; a rename of either fails here, not at a run's first wait.
+    assert hasattr(DBOSContext(), "owner_xid")
+    from dbos._sys_db import WorkflowStatusString
+
+    statuses = {s.value for s in WorkflowStatusString}
+    assert {_compat.PENDING, _compat.DELAYED, _compat.ENQUEUED} <= statuses, statuses
