@@ -114,3 +114,23 @@ def test_private_names_for_the_system_database(perdure_backend: Any) -> None:
 
     statuses = {s.value for s in WorkflowStatusString}
     assert {_compat.PENDING, _compat.DELAYED, _compat.ENQUEUED} <= statuses, statuses
+
+
+def test_dbos_queue_thread_rereads_the_listened_queues_each_round(perdure_backend: Any) -> None:
+    """``_compat.listen_also`` replaces ``DBOS._listening_queues`` after launch: DBOS's
+    queue thread must read it inside its loop (not once at start) for that to take."""
+    from dbos._dbos import _get_dbos_instance  # pyright: ignore[reportPrivateUsage]
+    from dbos._queue import queue_thread
+
+    assert perdure_backend is not None
+    source = inspect.getsource(queue_thread)
+    loop = source[source.index("while not stop_event.is_set()") :]
+    assert "dbos._listening_queues" in loop, "DBOS reads its listened queues once: relaunch"
+    dbos = _get_dbos_instance()
+    before = dbos._listening_queues  # pyright: ignore[reportPrivateUsage]
+    assert isinstance(before, list)
+    try:
+        _compat.listen_also(frozenset({"compat-pin"}))
+        assert "compat-pin" in dbos._listening_queues  # pyright: ignore[reportPrivateUsage]
+    finally:
+        dbos._listening_queues = before  # pyright: ignore[reportPrivateUsage]

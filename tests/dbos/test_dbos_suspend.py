@@ -16,7 +16,7 @@ from sqlalchemy import event
 
 from perdure import RunStatus
 from perdure_dbos import _compat
-from perdure_dbos._backend import runtime
+from perdure_dbos._backend import RECOVERY_QUEUE, runtime
 from perdure_dbos._tables import Marks
 
 SUSPENDED = 20
@@ -89,3 +89,22 @@ async def test_a_signal_racing_the_suspension_is_taken(
     assert outcomes == ["woken" if when == "before" else "suspended"]
     taken = [e for e in await perdure_backend.history(run_id) if e.name == "go"]
     assert [e.data["payload"] for e in taken if e.kind.value == "signal_received"] == ["raced"]
+
+
+async def test_a_run_woken_by_another_process_is_driven_by_its_starter_when_no_worker_runs(
+    perdure_backend: Any, flows: Any, processes: Any
+) -> None:
+    """The starter is no worker; another process (the CLI) signals the suspended run.
+    DBOS enqueues it on perdure's queue, and the starter, an executor of that queue since
+    the run's execution here suspended, dequeues and finishes it."""
+    run_id = "woken-elsewhere"
+    await perdure_backend.start(flows.gated, (run_id,), {}, run_id=run_id)
+    await perdure_backend.idle()
+    info = await perdure_backend.get_run(run_id)
+    assert info.details["dbos"]["status"] == _compat.DELAYED, info.details
+    rt = runtime()
+    assert RECOVERY_QUEUE in rt.listening and rt.slots.limit is None  # listening, not serving
+    answered = processes.cli("signal", run_id, "go")
+    assert answered.returncode == 0, answered.stderr
+    done = await perdure_backend.wait(run_id, timeout=120)
+    assert done.status is RunStatus.SUCCEEDED, done

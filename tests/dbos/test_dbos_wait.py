@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from dbos_spawn import drive, worker_up
+from dbos_spawn import drive, until, worker_up
 from sqlalchemy import event
 
 import perdure

@@ -219,8 +219,8 @@ class _Runtime:
     marks: Marks
     executors: Executors
     heartbeat: Heartbeat
-    #: The DBOS queues this process dequeues: none for a client; a worker (``serve``)
-    #: the recovery queue and those it serves (``serve_queue``).
+    #: The DBOS queues this process dequeues (``_listen``): none for a client; perdure's
+    #: queue once a run's execution here suspends or it serves, and the queues it serves.
     listening: frozenset[str]
     slots: Slots = field(default_factory=Slots)
     refs: int = 0
@@ -233,9 +233,6 @@ class _Runtime:
     #: Runs whose drive here stopped on a ``CancelledError`` the run's own code raised
     #: (a session, a tool): ``wait`` raises it to the caller, as every backend does.
     raised: dict[str, asyncio.CancelledError] = field(default_factory=lambda: {})
-    #: Runs whose execution here ended by suspending: a delivery this process sends one
-    #: has it driven here again if no worker would (``_serve_if_unserved``).
-    suspended_here: set[str] = field(default_factory=lambda: set())
 
 
 _runtime: _Runtime | None = None
@@ -435,7 +432,6 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
             end = journal.ended()
             assert end is not None
             await _publish_stop(end.kind.value)
-            rt.suspended_here.discard(run_id)
             return _outcome(end)
         if status is RunStatus.NEEDS_ATTENTION:
             await _publish_stop(status.value)
@@ -452,7 +448,6 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
             # and a worker drives it again. Nothing fails: CancelledError ends a DBOS
             # execution without recording an outcome.
             log.debug("run %s: suspended until %s", run_id, wake_at)
-            rt.suspended_here.add(run_id)
             raise _ended_here()
         # Every drive replays the history as stored, as on every backend: a row
         # corrupted or repaired while the run waited is seen, not a copy in memory.
@@ -521,6 +516,7 @@ async def _suspended(
     since the drive loaded (it drives again). If another execution owns the workflow,
     this one stops (``CancelledError``)."""
     queue = RECOVERY_QUEUE
+    await _listen(rt)  # woken, it is dequeued here if no worker takes it first
     try:
         outcome = await asyncio.to_thread(
             rt.marks.suspend,
@@ -541,6 +537,24 @@ async def _suspended(
         log.info("run %s: LeaseLostError; this execution stops", journal.run_id)
         raise _ended_here()
     return outcome == "suspended"
+
+
+async def _listen(rt: _Runtime, *queues: str) -> None:
+    """Make this process an executor of perdure's queue (and of ``queues``), at once and
+    for the rest of its life: DBOS dequeues them here within a second
+    (``_compat.listen_also``), and the heartbeat tells other processes it does. A worker
+    does it at ``serve``; any other process when a run's execution here first suspends,
+    so the run, woken by a delivery from any process, is driven here again if no worker
+    takes it first (as DBOS does for a process that does not restrict its queues)."""
+    wanted = frozenset((RECOVERY_QUEUE, *queues))
+    if wanted <= rt.listening:
+        return
+    if RECOVERY_QUEUE not in rt.listening:
+        await DBOS.register_queue_async(RECOVERY_QUEUE)
+    rt.listening = rt.listening | wanted
+    _compat.listen_also(rt.listening)
+    rt.heartbeat.queues = tuple(sorted(rt.listening))
+    await asyncio.to_thread(rt.executors.beat, rt.executor_id, rt.version, rt.heartbeat.queues)
 
 
 async def _publish_stop(what: str) -> None:
@@ -612,23 +626,7 @@ class DbosBackend(Backend):
         await _stop(rt, self.grace_seconds if grace is None else grace)
 
     async def _listen(self, *queues: str) -> None:
-        """Make this process an executor of recovered runs (and of ``queues``): DBOS
-        dequeues a queue only in processes launched listening to it
-        (``DBOS.listen_queues`` is fixed at launch), so a process that opened as a client
-        is relaunched, after a drain."""
-        global _runtime
-        rt = runtime()
-        wanted = frozenset((RECOVERY_QUEUE, *queues))
-        if wanted <= rt.listening:
-            return
-        _runtime = None
-        await _stop(rt, self.grace_seconds)
-        # The same executor id: DBOS's recovery at launch takes back what the drain
-        # left PENDING here.
-        _runtime = _launch(self.parsed, listening=rt.listening | wanted, executor_id=rt.executor_id)
-        _runtime.refs = rt.refs
-        await _compat.use_dbos_thread_pool()
-        await DBOS.register_queue_async(RECOVERY_QUEUE)
+        await _listen(runtime(), *queues)
 
     @property
     def executor_id(self) -> str:
@@ -791,16 +789,12 @@ class DbosBackend(Backend):
             guards.check_can_signal(run_id, info.status)
             await asyncio.to_thread(marks.deliver, run_id, name, data, by, authorization)
         wake(run_id)
-        if run_id in runtime().suspended_here:
-            await self._serve_if_unserved(info)
 
     async def _cancel(self, run_id: str) -> RunInfo:
         info = await self.get_run(run_id)
         guards.check_can_cancel(run_id, info.status)
         await asyncio.to_thread(runtime().marks.request_cancel, run_id)
         wake(run_id)
-        if run_id in runtime().suspended_here:
-            await self._serve_if_unserved(info)
         return await self.get_run(run_id)
 
     async def _admin(self, run_id: str, event: Any) -> RunInfo:
@@ -813,10 +807,7 @@ class DbosBackend(Backend):
             rt.marks.deliver, run_id, ADMIN, [pack(event, time.time())], None, None
         )
         wake(run_id)
-        info = await self.get_run(run_id)
-        if run_id in rt.suspended_here:
-            await self._serve_if_unserved(info)
-        return info
+        return await self.get_run(run_id)
 
     async def _resume(
         self,

@@ -207,3 +207,20 @@ __all__ = [
     "use_dbos_thread_pool",
     "wake_workflow",
 ]
+
+
+def listen_also(queues: frozenset[str]) -> None:
+    """Make the launched DBOS dequeue ``queues`` too, without a relaunch.
+
+    DBOS's public ``listen_queues`` is fixed before launch, but its queue thread re-reads
+    the list (``DBOS._listening_queues``) every second and starts a worker thread for a
+    queue it names, so a process that opened as a client becomes an executor of a queue
+    within a second of being told. The list is replaced, not mutated: the thread reads
+    it whole. ``None`` (DBOS listening to every queue) is left as is.
+    """
+    from dbos._dbos import _get_dbos_instance  # pyright: ignore[reportPrivateUsage]
+
+    dbos = _get_dbos_instance()
+    current = dbos._listening_queues  # pyright: ignore[reportPrivateUsage]
+    if current is not None:
+        dbos._listening_queues = sorted(set(current) | queues)  # pyright: ignore[reportPrivateUsage]
