@@ -405,7 +405,10 @@ class TemporalBackend(Backend):
         run: dict[str, Any] = {
             "run_id": run_id,
             "workflow": workflow.name,
-            "status": RunStatus.PENDING.value,
+            # Running from its start, as Temporal shows the execution: the workflow's
+            # first task schedules the drive, and publishing a pending -> running change
+            # there would cost two history events and a visibility write per run.
+            "status": RunStatus.RUNNING.value,
             "input": text,
             "input_ref": ref,
             "created_at": now,
@@ -458,7 +461,7 @@ class TemporalBackend(Backend):
                     memo=initial_memo(run),
                     search_attributes=TypedSearchAttributes(
                         [
-                            SearchAttributePair(STATUS, RunStatus.PENDING.value),
+                            SearchAttributePair(STATUS, RunStatus.RUNNING.value),
                             SearchAttributePair(WORKFLOW, workflow.name),
                         ]
                     ),
