@@ -120,3 +120,37 @@ async def test_a_waiter_does_not_look_again_when_another_run_here_changes(
         event.remove(engine, "before_cursor_execute", counted)
     assert await handle.result() == "went"
     assert len(seen) <= 5, seen
+
+
+async def test_an_execution_reads_its_run_and_its_history_on_one_connection(
+    perdure_backend: Any,
+) -> None:
+    # Each load of a drive reads DBOS's status row joined to perdure's (creation time,
+    # cancel flag, deliveries) and then the run's step rows, on the connection it
+    # checked out once: not one connection per read.
+    seen: list[tuple[Any, str]] = []
+
+    def counted(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append((conn, " ".join(statement.lower().split())))
+
+    engine = _compat.system_engine()
+    event.listen(engine, "before_cursor_execute", counted)
+    try:
+        handle = await perdure_backend.start(five_steps, (), {}, run_id="one-read")
+        assert await handle.result() == 10
+    finally:
+        event.remove(engine, "before_cursor_execute", counted)
+
+    def is_history(s: str) -> bool:
+        return s.startswith("select") and "operation_outputs.function_name" in s and "order by" in s
+
+    def is_run(s: str) -> bool:
+        return s.startswith("select") and "workflow_status" in s and "perdure_dbos_runs" in s
+
+    loads = [i for i, (_, s) in enumerate(seen) if is_history(s)]
+    assert loads, [s for _, s in seen]
+    for i in loads:
+        conn = seen[i][0]
+        assert any(c is conn and is_run(s) for c, s in seen[:i]), seen[: i + 1]
+    flags = [s for _, s in seen if s.startswith("select perdure_dbos_runs.cancel_requested,")]
+    assert not flags, flags

@@ -71,6 +71,7 @@ from perdure_dbos._executors import Executors, Heartbeat, executor_timeout
 from perdure_dbos._journal import DbosJournal, pack, read_history
 from perdure_dbos._old_layout import OldLayoutError, check_no_unfinished_old_runs
 from perdure_dbos._records import (
+    WORKFLOW_NAME,
     StatusRow,
     check_format,
     decode,
@@ -85,7 +86,6 @@ from perdure_dbos._tables import ADMIN, AnswerArrived, Mark, Marks
 
 log = logging.getLogger("perdure.dbos")
 
-WORKFLOW_NAME = "perdure_run"
 #: The DBOS queue recovered runs wait on: only workers (``serve``) dequeue it, so a run
 #: of a dead executor goes to a worker, never to a client process that happens to have
 #: DBOS launched (DBOS's internal queue, where its own recovery puts them, is dequeued
@@ -333,32 +333,10 @@ async def _marked(run_ids: Sequence[str]) -> list[tuple[StatusRow, Mark | None]]
     return [(st, Marks.of(row)) for st, row in found]
 
 
-@dataclass(frozen=True, slots=True)
-class _Started:
-    """What an execution reads of its run once, before its first load."""
-
-    created: float
-    details: dict[str, Any]
-    cancel: bool | None
-    #: The run's deliveries, read with the cancel flag (before the inbox).
-    seen: int | None = None
-
-    @classmethod
-    async def read(cls, run_id: str) -> _Started:
-        found = await _marked([run_id])
-        if not found:
-            return cls(time.time(), {}, None)
-        st, mark = found[0]
-        if mark is None:
-            return cls(_seconds(st.created_ms), {}, None)
-        return cls(_seconds(st.created_ms), mark.details, mark.cancel_requested, mark.deliveries)
-
-
 async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live: Live) -> Any:
     if name not in registered_workflows():
         await _hand_back(rt, run_id, name)
     journal = DbosJournal(rt.marks, rt.url, run_id, lambda: rt.draining)
-    started: _Started | None = None
     carried: dict[str, Any] = {}
     backoff = Backoff()
     loaded = False
@@ -367,16 +345,8 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
             async with rt.slots.held(live):
                 try:
                     if not loaded:
-                        first = started is None
-                        if started is None:
-                            started = await _Started.read(run_id)
-                        # The first load takes the cancel flag (and the deliveries) read
-                        # with the run's row.
-                        cancel = started.cancel if first else None
-                        seen = started.seen if first else None
-                        await journal.load(stored_input, started.created, cancel=cancel, seen=seen)
+                        await journal.load(stored_input)
                         loaded = True
-                    assert started is not None  # read by the first load
                     end = journal.ended()
                     if end is not None:
                         await _publish_stop(end.kind.value)
@@ -391,7 +361,7 @@ async def _execute(rt: _Runtime, run_id: str, name: str, stored_input: Any, live
                         stored_input,
                         journal.history,
                         carried=carried,
-                        details=started.details,
+                        details=journal.details,
                     )
                 except CorruptHistoryError as exc:
                     log.error("run %s cannot be replayed: %s", run_id, exc)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dbos import DBOS
@@ -29,7 +30,7 @@ from perdure.spi import (
     approvals,
 )
 from perdure_dbos import _compat
-from perdure_dbos._records import StepRow, decode, step_rows
+from perdure_dbos._records import WORKFLOW_NAME, StepRow, decode, status_and_marks, step_rows
 from perdure_dbos._tables import ADMIN, Marks
 
 #: Seconds between two reads of the cancel flag while steps record back to back.
@@ -89,6 +90,48 @@ def read_history(
         return history_of(run_id, rows, stored_input, created_at), last
     except CorruptHistoryError as exc:
         return exc, last
+
+
+@dataclass(frozen=True, slots=True)
+class RunRead:
+    """What an execution reads of its run at each load, on one connection."""
+
+    #: The history and the inbox ids it took, or why it cannot be replayed.
+    found: tuple[list[Event], set[int]] | CorruptHistoryError
+    #: The highest DBOS operation id recorded.
+    last: int
+    created: float
+    #: What the run recorded at its start (its trace context).
+    details: dict[str, Any]
+    cancel: bool
+    #: The run's deliveries so far, read before the inbox (``Marks.suspend``).
+    seen: int
+
+
+def read_run(marks: Marks, run_id: str, stored_input: Any) -> RunRead:
+    """The run's status, perdure's row of it and its step rows, read on one connection
+    (the status first: its deliveries are counted before anything reads the inbox)."""
+    engine, t = _compat.system_engine(), _compat.system_tables()
+    with engine.connect() as conn:
+        marked = status_and_marks(
+            engine, t, WORKFLOW_NAME, marks.table, run_ids=[run_id], conn=conn
+        )
+        rows = step_rows(engine, t, run_id, conn)
+    created, details, cancel, seen = time.time(), {}, False, 0
+    if marked:
+        st, row = marked[0]
+        created = float(st.created_ms or 0) / 1000.0
+        mark = Marks.of(row)
+        if mark is not None:
+            details, cancel, seen = mark.details, mark.cancel_requested, mark.deliveries
+    last = max((row.function_id for row in rows), default=-1)
+    try:
+        found: tuple[list[Event], set[int]] | CorruptHistoryError = history_of(
+            run_id, rows, stored_input, created
+        )
+    except CorruptHistoryError as exc:
+        found = exc
+    return RunRead(found, last, created, details, cancel, seen)
 
 
 def history_of(
@@ -152,6 +195,9 @@ class DbosJournal:
         self._moved_on = False
         #: The run's deliveries when this drive loaded (``Marks.suspend`` compares them).
         self.seen = 0
+        #: The run's creation time and what it recorded at its start (read by ``load``).
+        self.created = 0.0
+        self.details: dict[str, Any] = {}
 
     # -- Journal -----------------------------------------------------------------------
 
@@ -196,12 +242,14 @@ class DbosJournal:
             self._moved_on = True
         ran = False
 
-        async def step() -> dict[str, Any]:
+        def step() -> dict[str, Any]:
+            # Synchronous: DBOS runs its check of the step's row, this and the record of
+            # its output in one trip to a thread (an async step takes one per statement).
             nonlocal ran
             ran = True
             now = time.monotonic()
             if update is None and now - self._checked >= CANCEL_CHECK:
-                self._cancel = await asyncio.to_thread(self.marks.cancel_requested, self.run_id)
+                self._cancel = self.marks.cancel_requested(self.run_id)
                 self._checked = now
             return record
 
@@ -244,27 +292,18 @@ class DbosJournal:
 
     # -- the run's side ------------------------------------------------------------------
 
-    async def load(
-        self,
-        stored_input: Any,
-        created_at: float,
-        *,
-        cancel: bool | None = None,
-        seen: int | None = None,
-    ) -> None:
-        """Read the history back and move DBOS's operation counter past it; ``cancel``
-        and ``seen``: the cancel flag and the run's deliveries if the caller has just
-        read them, before the inbox (else they are read here)."""
-        found, last = await asyncio.to_thread(read_history, self.run_id, stored_input, created_at)
-        _compat.skip_operations_to(last)  # before anything, even a park, records
-        if isinstance(found, CorruptHistoryError):
-            raise found
-        self.history, self.taken = found
-        if cancel is None or seen is None:
-            cancel, seen = await asyncio.to_thread(self.marks.load_state, self.run_id)
-        self._cancel, self.seen = cancel, seen
+    async def load(self, stored_input: Any) -> None:
+        """Read the run back (``read_run``: one connection) and move DBOS's operation
+        counter past its history."""
+        read = await asyncio.to_thread(read_run, self.marks, self.run_id, stored_input)
+        _compat.skip_operations_to(read.last)  # before anything, even a park, records
+        self.created, self.details = read.created, read.details
+        self._cancel, self.seen = read.cancel, read.seen
         self._checked = time.monotonic()
         self._moved_on = False
+        if isinstance(read.found, CorruptHistoryError):
+            raise read.found
+        self.history, self.taken = read.found
 
     async def take_admin(self) -> bool:
         """Append the operators' records (``resume``, ``reconcile``) waiting in the inbox;

@@ -11,7 +11,8 @@ checked first, and a row in any other format is refused unread with
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,19 @@ from perdure_dbos._serializer import CorruptValueError, ForeignRowError, JsonSer
 DECODED: frozenset[str | None] = frozenset({None, "perdure_json", "portable_json"})
 
 _SERIALIZER = JsonSerializer()
+
+#: The name of the one DBOS workflow perdure registers: every run is one of its executions.
+WORKFLOW_NAME = "perdure_run"
+
+
+@contextmanager
+def connected(engine: sa.Engine, conn: sa.Connection | None) -> Iterator[sa.Connection]:
+    """``conn`` if the caller holds one (several reads, one connection), else a new one."""
+    if conn is not None:
+        yield conn
+        return
+    with engine.connect() as fresh:
+        yield fresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +157,10 @@ def status_and_marks(
     where: Sequence[Any] = (),
     limit: int | None = None,
     offset: int = 0,
+    conn: sa.Connection | None = None,
 ) -> list[tuple[StatusRow, dict[str, Any] | None]]:
     """``status_rows``, each with perdure's run row of it in ``marks`` (its columns by
-    name; None without one), read in one statement."""
+    name; None without one), read in one statement (on ``conn`` if given)."""
     ws = t.workflow_status
     query = _status_query(t, marks).where(ws.c.name == name, *where)
     if run_ids is not None:
@@ -155,8 +170,8 @@ def status_and_marks(
     query = query.order_by(ws.c.created_at.desc(), ws.c.workflow_uuid.desc())
     if limit is not None:
         query = query.limit(limit).offset(offset)
-    with engine.connect() as conn:
-        rows = conn.execute(query).all()
+    with connected(engine, conn) as c:
+        rows = c.execute(query).all()
     keys = [] if marks is None else [c.name for c in marks.c]
     return [(StatusRow(*(row[i] for i in range(12))), _joined(keys, row[12:])) for row in rows]
 
@@ -168,8 +183,11 @@ def _joined(keys: Sequence[str], values: Sequence[Any]) -> dict[str, Any] | None
     return dict(zip(keys, values, strict=True))
 
 
-def step_rows(engine: sa.Engine, t: Any, run_id: str) -> list[StepRow]:
-    """Every ``operation_outputs`` row of ``run_id``, in DBOS's order (its function id)."""
+def step_rows(
+    engine: sa.Engine, t: Any, run_id: str, conn: sa.Connection | None = None
+) -> list[StepRow]:
+    """Every ``operation_outputs`` row of ``run_id``, in DBOS's order (its function id),
+    read on ``conn`` if given."""
     oo = t.operation_outputs
     query = (
         sa.select(
@@ -184,8 +202,8 @@ def step_rows(engine: sa.Engine, t: Any, run_id: str) -> list[StepRow]:
         .where(oo.c.workflow_uuid == run_id)
         .order_by(oo.c.function_id)
     )
-    with engine.connect() as conn:
-        rows = conn.execute(query).all()
+    with connected(engine, conn) as c:
+        rows = c.execute(query).all()
     return [StepRow(int(r[0]), str(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
 
 

@@ -210,15 +210,6 @@ class Marks:
             )
             _compat.wake_workflow(c, run_id)
 
-    def load_state(self, run_id: str) -> tuple[bool, int]:
-        """Whether cancellation was asked for, and the run's deliveries so far (read
-        before the drive reads its inbox: ``suspend`` compares them)."""
-        t = self.table
-        query = sa.select(t.c.cancel_requested, t.c.deliveries).where(t.c.run_id == run_id)
-        with self.engine.connect() as c:
-            row = c.execute(query).first()
-        return (False, 0) if row is None else (bool(row[0]), int(row[1] or 0))
-
     def suspend(
         self, run_id: str, seen: int, owner_xid: str, wake_at: float | None, queue: str
     ) -> str:
