@@ -78,6 +78,7 @@ from perdure_dbos._records import (
     listing_filter,
     pending_executors,
     pending_of,
+    seconds,
     status_and_marks,
     status_rows,
 )
@@ -680,7 +681,7 @@ class DbosBackend(Backend):
         st = await self._status(run_id)
         stored_input = _stored_input(st)
         found, _ = await asyncio.to_thread(
-            read_history, run_id, stored_input, _seconds(st.created_ms)
+            read_history, run_id, stored_input, seconds(st.created_ms)
         )
         if isinstance(found, CorruptHistoryError):
             raise found
@@ -1149,10 +1150,6 @@ def _launch(
 # -- mapping DBOS records to perdure's -------------------------------------------------
 
 
-def _seconds(ms: Any) -> float:
-    return float(ms) / 1000.0 if ms is not None else 0.0
-
-
 def _inputs(st: StatusRow) -> list[Any]:
     """``perdure_run``'s arguments (workflow name, stored input) from the row."""
     inputs: Any = decode(st.run_id, "workflow_status", None, st.serialization, st.inputs)
@@ -1179,8 +1176,8 @@ def _listed(st: StatusRow, mark: Mark | None, live: Liveness) -> RunInfo:
             workflow=mark.workflow if mark is not None else "?",
             status=RunStatus.NEEDS_ATTENTION,
             input=None,
-            created_at=_seconds(st.created_ms),
-            updated_at=_seconds(st.updated_ms),
+            created_at=seconds(st.created_ms),
+            updated_at=seconds(st.updated_ms),
             attention={"reason": "corrupt", "message": str(exc)},
         )
 
@@ -1236,8 +1233,8 @@ def _info(st: StatusRow, mark: Mark | None, live: Liveness) -> RunInfo:
         workflow=workflow,
         status=RunStatus.RUNNING,
         input=args[1] if len(args) > 1 else None,
-        created_at=_seconds(st.created_ms),
-        updated_at=max(_seconds(st.updated_ms), mark.updated_at if mark else 0.0),
+        created_at=seconds(st.created_ms),
+        updated_at=max(seconds(st.updated_ms), mark.updated_at if mark else 0.0),
         code_version=mark.code_version if mark else st.app_version,
         owner=st.executor_id,
         cancel_requested=bool(mark and mark.cancel_requested),

@@ -30,7 +30,14 @@ from perdure.spi import (
     approvals,
 )
 from perdure_dbos import _compat
-from perdure_dbos._records import WORKFLOW_NAME, StepRow, decode, status_and_marks, step_rows
+from perdure_dbos._records import (
+    WORKFLOW_NAME,
+    StepRow,
+    decode,
+    seconds,
+    status_and_marks,
+    step_rows,
+)
 from perdure_dbos._tables import ADMIN, Marks
 
 #: Seconds between two reads of the cancel flag while steps record back to back.
@@ -77,14 +84,23 @@ def _approval_timed_out(run_id: str, events: Sequence[NewEvent]) -> str | None:
     return None
 
 
-def read_history(
-    run_id: str, stored_input: Any, created_at: float
-) -> tuple[tuple[list[Event], set[int]] | CorruptHistoryError, int]:
+#: A run's history and the inbox ids it took, or why it cannot be replayed.
+Replayed = tuple[list[Event], set[int]] | CorruptHistoryError
+
+
+def read_history(run_id: str, stored_input: Any, created_at: float) -> tuple[Replayed, int]:
     """The run's events (seq 0 its input), the inbox ids its history took, and the
     highest DBOS operation id recorded. A row perdure cannot or will not decode raises
     ``CorruptHistoryError`` naming the run and the row, returned in the history's place
     (the operation id is known even then)."""
     rows = step_rows(_compat.system_engine(), _compat.system_tables(), run_id)
+    return replayed(run_id, rows, stored_input, created_at)
+
+
+def replayed(
+    run_id: str, rows: Sequence[StepRow], stored_input: Any, created_at: float
+) -> tuple[Replayed, int]:
+    """``history_of`` ``rows`` (or its error), and the highest operation id among them."""
     last = max((row.function_id for row in rows), default=-1)
     try:
         return history_of(run_id, rows, stored_input, created_at), last
@@ -96,11 +112,9 @@ def read_history(
 class RunRead:
     """What an execution reads of its run at each load, on one connection."""
 
-    #: The history and the inbox ids it took, or why it cannot be replayed.
-    found: tuple[list[Event], set[int]] | CorruptHistoryError
+    found: Replayed
     #: The highest DBOS operation id recorded.
     last: int
-    created: float
     #: What the run recorded at its start (its trace context).
     details: dict[str, Any]
     cancel: bool
@@ -120,18 +134,12 @@ def read_run(marks: Marks, run_id: str, stored_input: Any) -> RunRead:
     created, details, cancel, seen = time.time(), {}, False, 0
     if marked:
         st, row = marked[0]
-        created = float(st.created_ms or 0) / 1000.0
+        created = seconds(st.created_ms)
         mark = Marks.of(row)
         if mark is not None:
             details, cancel, seen = mark.details, mark.cancel_requested, mark.deliveries
-    last = max((row.function_id for row in rows), default=-1)
-    try:
-        found: tuple[list[Event], set[int]] | CorruptHistoryError = history_of(
-            run_id, rows, stored_input, created
-        )
-    except CorruptHistoryError as exc:
-        found = exc
-    return RunRead(found, last, created, details, cancel, seen)
+    found, last = replayed(run_id, rows, stored_input, created)
+    return RunRead(found, last, details, cancel, seen)
 
 
 def history_of(
@@ -195,8 +203,7 @@ class DbosJournal:
         self._moved_on = False
         #: The run's deliveries when this drive loaded (``Marks.suspend`` compares them).
         self.seen = 0
-        #: The run's creation time and what it recorded at its start (read by ``load``).
-        self.created = 0.0
+        #: What the run recorded at its start (read by ``load``).
         self.details: dict[str, Any] = {}
 
     # -- Journal -----------------------------------------------------------------------
@@ -297,7 +304,7 @@ class DbosJournal:
         counter past its history."""
         read = await asyncio.to_thread(read_run, self.marks, self.run_id, stored_input)
         _compat.skip_operations_to(read.last)  # before anything, even a park, records
-        self.created, self.details = read.created, read.details
+        self.details = read.details
         self._cancel, self.seen = read.cancel, read.seen
         self._checked = time.monotonic()
         self._moved_on = False

@@ -32,6 +32,11 @@ _SERIALIZER = JsonSerializer()
 WORKFLOW_NAME = "perdure_run"
 
 
+def seconds(ms: Any) -> float:
+    """A DBOS epoch-milliseconds column as epoch seconds (0 where it is empty)."""
+    return float(ms) / 1000.0 if ms is not None else 0.0
+
+
 @contextmanager
 def connected(engine: sa.Engine, conn: sa.Connection | None) -> Iterator[sa.Connection]:
     """``conn`` if the caller holds one (several reads, one connection), else a new one."""
