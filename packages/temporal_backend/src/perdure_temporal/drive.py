@@ -177,7 +177,9 @@ class DriveJournal:
         self.unrecorded = []
         self._signals = [s for s in res.get("signals", ()) if s["signal_id"] != consume_signal]
         self.next_seq = int(res["next_seq"])
-        self._cancel = bool(res["cancel_requested"])
+        # Sticky: an answer computed before the workflow took a cancel must not undo the
+        # activity cancellation this drive already received (``run_cancelled``).
+        self._cancel = self._cancel or bool(res["cancel_requested"])
         self.last_step = next((e.step_key for e in reversed(events) if e.step_key), self.last_step)
         if res.get("history_full"):
             self.stopping = True  # the semantics stop before the next step (``draining``)
