@@ -39,15 +39,29 @@ def _run(session: nox.Session, *args: str, env: dict[str, str] | None = None) ->
     session.run(*UV_RUN, *args, env=env, external=True)
 
 
-@contextlib.contextmanager
-def _temporal_dev_server(session: nox.Session) -> Iterator[str]:
-    """One real Temporal dev server for the whole test session (every xdist worker
-    and every subprocess of a test talk to it); yields its ``host:port``."""
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _temporal_dev_server(session: nox.Session) -> Iterator[dict[str, str]]:
+    """One real Temporal dev server for the whole test session (every xdist worker
+    and every subprocess of a test talk to it); yields the environment that names its
+    ``host:port`` and its Prometheus metrics' ``host:port``."""
+    port, metrics = _free_port(), _free_port()
     proc = subprocess.Popen(
-        [*UV_RUN, "python", "-m", "perdure_temporal.devserver", "--port", str(port)],
+        [
+            *UV_RUN,
+            "python",
+            "-m",
+            "perdure_temporal.devserver",
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(metrics),
+        ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         text=True,
@@ -58,7 +72,10 @@ def _temporal_dev_server(session: nox.Session) -> Iterator[str]:
         if "Temporal dev server" not in line:
             session.error(f"the Temporal dev server did not start: {line!r}")
         session.log(line.strip())
-        yield f"127.0.0.1:{port}"
+        yield {
+            "PERDURE_TEST_TEMPORAL": f"127.0.0.1:{port}",
+            "PERDURE_TEST_TEMPORAL_METRICS": f"127.0.0.1:{metrics}",
+        }
     finally:
         proc.terminate()
         proc.wait(30)
@@ -74,7 +91,7 @@ def _pytest(session: nox.Session, stores: str) -> None:
     args = session.posargs or ["-n", "2"]
     with contextlib.ExitStack() as stack:
         if "temporal" in stores.split(",") and not os.environ.get("PERDURE_TEST_TEMPORAL"):
-            env["PERDURE_TEST_TEMPORAL"] = stack.enter_context(_temporal_dev_server(session))
+            env.update(stack.enter_context(_temporal_dev_server(session)))
         _run(session, "pytest", *args, env=env)
 
 
@@ -142,7 +159,7 @@ def chaos(session: nox.Session) -> None:
     scenarios = ["tests/conformance/test_chaos.py", "tests/conformance/test_substrate_restarts.py"]
     with contextlib.ExitStack() as stack:
         if "temporal" in stores.split(",") and not os.environ.get("PERDURE_TEST_TEMPORAL"):
-            env["PERDURE_TEST_TEMPORAL"] = stack.enter_context(_temporal_dev_server(session))
+            env.update(stack.enter_context(_temporal_dev_server(session)))
         try:
             _run(
                 session,

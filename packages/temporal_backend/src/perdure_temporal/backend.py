@@ -77,7 +77,8 @@ from perdure_temporal.payloads import PayloadStore, open_payloads
 from perdure_temporal.url import TemporalUrl, with_task_queue
 from perdure_temporal.versioning import deployment_version, pinned
 from perdure_temporal.worker import (
-    WorkflowWorker,
+    DriveSlots,
+    RunWorker,
     drive_worker,
     replay_failure,
     sticky_timeout,
@@ -126,14 +127,18 @@ class TemporalBackend(Backend):
         #: This process's code version as a Worker Deployment version (or None).
         self.version = deployment_version(self.config.task_queue)
         self._client: Client | None = None
-        self._workflows: WorkflowWorker | None = None
+        #: The worker thread: workflow tasks, and drives once this process runs them.
+        self._workflows: RunWorker | None = None
         self._drives: Drives | None = None
+        #: With ``role=drives``: the drives' own worker, on this loop.
         self._drive_worker: Worker | None = None
         self._drive_task: asyncio.Task[None] | None = None
         self._started: set[str] = set()
         #: The first execution of each run started here, until a caller waits on it.
         self._executions: dict[str, str] = {}
         self._opening = asyncio.Lock()
+        #: ``Client.connect`` options as of ``open`` (the client and the worker thread's).
+        self._connect: dict[str, Any] = {}
 
     # -- connection ----------------------------------------------------------------------
 
@@ -155,11 +160,10 @@ class TemporalBackend(Backend):
                 raise BackendUnavailableError(
                     f"Temporal at {cfg.target} (namespace {cfg.namespace!r}) is unavailable: {exc}"
                 ) from exc
-            workflows: WorkflowWorker | None = None
+            self._connect = connect
+            workflows: RunWorker | None = None
             if cfg.role != "drives":
-                workflows = WorkflowWorker(
-                    connect, cfg.task_queue, sticky_timeout(cfg.heartbeat_timeout), self.version
-                )
+                workflows = self._run_worker()
                 await asyncio.to_thread(workflows.start)
             self._client = client
             self._workflows = workflows
@@ -190,28 +194,47 @@ class TemporalBackend(Backend):
         if workflows is not None:
             await asyncio.to_thread(workflows.stop)
 
+    def _run_worker(self, drives: DriveSlots | None = None) -> RunWorker:
+        """The worker thread, connected as this process's client is (same TLS, key,
+        codec: a drive's payloads open with the converter that sealed them)."""
+        cfg = self.config
+        return RunWorker(
+            self._connect,
+            cfg.task_queue,
+            sticky_timeout(cfg.heartbeat_timeout),
+            self.version,
+            drives,
+        )
+
     async def _ensure_drives(
         self, concurrency: int = DEFAULT_CONCURRENCY, rate: float | None = None
     ) -> Drives | None:
         """Run drives in this process (on this loop) from now on, unless its role is
-        ``workflows`` (then drives run in other processes)."""
+        ``workflows`` (then drives run in other processes). The worker thread's Temporal
+        worker takes them from then on (it is replaced by one that also runs the drive
+        activity: Temporal starts a drive eagerly only on the worker whose workflow task
+        scheduled it); with ``role=drives``, a worker on this loop does."""
         await self.open()
-        if self._drives is None and self.config.role != "workflows":
-            drives = Drives(self.url, self.client, self.values)
-            worker = drive_worker(
-                self.client,
-                self.config.task_queue,
-                drives,
-                concurrency,
-                self.config.heartbeat_timeout,
-                rate=rate,
-                version=self.version,
-            )
-            self._drives, self._drive_worker = drives, worker
+        cfg = self.config
+        if self._drives is not None or cfg.role == "workflows":
+            return self._drives
+        drives = Drives(self.url, self.client, self.values)
+        slots = DriveSlots(drives, concurrency, cfg.heartbeat_timeout, rate)
+        self._drives = drives
+        if self._workflows is not None:
+            both = self._run_worker(slots)
+            await asyncio.to_thread(both.start)
+            # The workflow-only worker stops after the new one polls: no gap in which
+            # this process's workflow tasks wait for a worker.
+            previous, self._workflows = self._workflows, both
+            await asyncio.to_thread(previous.stop)
+        else:
+            worker = drive_worker(self.client, cfg.task_queue, slots, self.version)
+            self._drive_worker = worker
             self._drive_task = asyncio.get_running_loop().create_task(
-                worker.run(), name=f"perdure-drives-{self.config.task_queue}"
+                worker.run(), name=f"perdure-drives-{cfg.task_queue}"
             )
-        return self._drives
+        return drives
 
     def workflow_id(self, run_id: str) -> str:
         return f"{self.config.id_prefix}{run_id}"
@@ -614,7 +637,11 @@ class TemporalBackend(Backend):
     @property
     def drive_worker(self) -> Worker | None:
         """The Temporal worker running drives in this process, once there is one."""
-        return self._drive_worker
+        if self._drive_worker is not None:
+            return self._drive_worker
+        if self._drives is not None and self._workflows is not None:
+            return self._workflows.worker
+        return None
 
     # -- acting on a run -----------------------------------------------------------------
 

@@ -67,11 +67,17 @@ def free_port() -> int:
 class DevServer:
     """``temporal server start-dev`` on free ports, stopped on exit."""
 
-    def __init__(self, *, port: int | None = None, db_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        db_file: Path | None = None,
+        metrics_port: int | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.db_file = db_file
         #: Where the server serves its Prometheus metrics (``/metrics``).
-        self.metrics_port = free_port()
+        self.metrics_port = metrics_port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
 
@@ -164,9 +170,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m perdure_temporal.devserver")
     parser.add_argument("--port", type=int, default=7233)
     parser.add_argument("--db-filename", type=Path, default=None)
+    parser.add_argument("--metrics-port", type=int, default=None)
     ns = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the server on the way out
-    with DevServer(port=ns.port, db_file=ns.db_filename) as server:
+    with DevServer(port=ns.port, db_file=ns.db_filename, metrics_port=ns.metrics_port) as server:
         print(f"Temporal dev server: {server.url()}", flush=True)
         assert server.process is not None
         try:

@@ -50,6 +50,7 @@ from perdure.spi import (
     get_workflow,
     park_broken,
 )
+from perdure_temporal.attempt import INTERRUPTED, Attempt, relay
 from perdure_temporal.codec import Values
 from perdure_temporal.faults import is_transient, ride_out
 from perdure_temporal.history import read_history
@@ -57,8 +58,6 @@ from perdure_temporal.workflow import DRIVE_ACTIVITY, INVALID_STATE, STALE_DRIVE
 
 log = logging.getLogger("perdure.temporal")
 
-#: ``ApplicationError.type`` of a drive attempt that stopped for a transient reason.
-INTERRUPTED = "PerdureDriveInterrupted"
 #: Seconds a timed-out attempt, still alive, may take to finish the step in hand.
 ZOMBIE_GRACE = 30.0
 
@@ -70,11 +69,13 @@ class DriveJournal:
     def __init__(
         self,
         drives: Drives,
+        attempt: Attempt,
         handle: WorkflowHandle[Any, Any],
         run_id: str,
         begun: dict[str, Any],
     ) -> None:
         self.drives = drives
+        self.attempt = attempt
         self.handle = handle
         self._run_id = run_id
         #: The run as the drive began it (set once its history is read).
@@ -93,7 +94,7 @@ class DriveJournal:
         #: The drive's last record (with its ``RunUpdate``): it travels as the
         #: attempt's result, which only the attempt Temporal still runs can deliver.
         self.last_record: dict[str, Any] | None = None
-        self.execution = activity.info().workflow_run_id
+        self.execution = attempt.info.workflow_run_id
 
     # -- Journal ---------------------------------------------------------------------
 
@@ -220,7 +221,7 @@ class DriveJournal:
 
     def heartbeat(self) -> None:
         """The last recorded step, and the completions not yet acknowledged."""
-        activity.heartbeat({"step": self.last_step, "unrecorded": self.unrecorded})
+        self.attempt.heartbeat({"step": self.last_step, "unrecorded": self.unrecorded})
 
 
 async def carried_from(
@@ -240,9 +241,11 @@ async def carried_from(
 
 
 class Drives:
-    """The ``perdure.drive`` activity of one process, on that process's event loop."""
+    """The ``perdure.drive`` activity of one process. Whichever loop its Temporal worker
+    polls on, drives run on the loop that built this (the application's; ``relay``)."""
 
     def __init__(self, url: str, client: Client, values: Values) -> None:
+        self.loop = asyncio.get_running_loop()
         self.url = url
         self.client = client
         self.values = values
@@ -289,8 +292,12 @@ class Drives:
 
     @activity.defn(name=DRIVE_ACTIVITY)
     async def drive(self, arg: dict[str, Any]) -> dict[str, Any]:
+        return await relay(self.loop, lambda attempt: self._attempt(attempt, arg))
+
+    async def _attempt(self, attempt: Attempt, arg: dict[str, Any]) -> dict[str, Any]:
+        """One attempt of the drive activity, on this process's loop."""
         run_id = str(arg["run_id"])
-        info = activity.info()
+        info = attempt.info
         handle = self.client.get_workflow_handle(self.workflow_id(run_id))
         begun: dict[str, Any] | None = arg.get("begun") if info.attempt == 1 else None
         if begun is None:  # a retry: fence out every earlier attempt first
@@ -315,13 +322,13 @@ class Drives:
         assert begun is not None
         if run_id in self._raised and self._raised[run_id].done():
             del self._raised[run_id]  # told; this drive may go otherwise
-        journal = DriveJournal(self, handle, run_id, begun)
+        journal = DriveJournal(self, attempt, handle, run_id, begun)
         # Kept in this attempt's heartbeats until an append lands (a second crash).
         journal.unrecorded = _unrecorded(info.heartbeat_details)
         # ... and the outcomes fenced-out attempts handed over (``late_outcome``).
         handed = [row for row in begun.get("late") or () if isinstance(row, dict)]
         carried = await carried_from(self.values, run_id, [*journal.unrecorded, *handed])
-        # The task copies the activity's context (heartbeats need it), which holds no run.
+        # The task copies this attempt's context, which holds no run.
         task = asyncio.get_running_loop().create_task(
             self._drive(journal, begun, carried), name=f"perdure-drive-{run_id}"
         )
@@ -407,13 +414,13 @@ class Drives:
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            if not task.done() and _run_cancelled():
+            if not task.done() and journal.attempt.run_cancelled():
                 journal.run_cancelled()
                 task.cancel(RUN_CANCELLED)
                 # Cancelled between two steps, the drive raises CancelledError: the
                 # activity is cancelled, and the run's next drive compensates.
                 return await task
-            if not task.done() and _timed_out():
+            if not task.done() and journal.attempt.timed_out():
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(asyncio.shield(task), ZOMBIE_GRACE)
             if not task.done():
@@ -427,7 +434,7 @@ class Drives:
         quarter of the timeout; when the worker begins to shut down, let the drive finish
         the step in hand and stop at the next boundary (drain)."""
         period = max(float(self.config.heartbeat_timeout) / 4, 0.2)
-        shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+        shutdown = asyncio.ensure_future(journal.attempt.shutdown.wait())
         try:
             while True:
                 # Not at once: Temporal's heartbeat timer starts with the attempt, so a
@@ -453,26 +460,6 @@ def _interrupted(journal: DriveJournal, exc: BaseException) -> ApplicationError:
         f"drive of run {journal.run_id!r} interrupted: {type(exc).__name__}: {exc}",
         type=INTERRUPTED,
     )
-
-
-def _run_cancelled() -> bool:
-    """This attempt was cancelled by its workflow: the run is cancelled."""
-    details = activity.cancellation_details()
-    if details is None or not details.cancel_requested:
-        return False
-    return not (
-        details.timed_out
-        or details.not_found
-        or details.worker_shutdown
-        or details.reset
-        or details.paused
-    )
-
-
-def _timed_out() -> bool:
-    """This attempt was cancelled because Temporal no longer runs it (it timed out)."""
-    details = activity.cancellation_details()
-    return details is not None and (details.timed_out or details.not_found)
 
 
 def _effect_outcome(event: NewEvent) -> bool:

@@ -40,6 +40,22 @@ def session_target() -> str:
     return _server.target
 
 
+def session_metrics() -> str:
+    """``host:port`` where this test session's dev server serves its Prometheus metrics
+    (``PERDURE_TEST_TEMPORAL_METRICS`` beside ``PERDURE_TEST_TEMPORAL``; ``nox`` sets
+    both)."""
+    target = session_target()
+    if _server is not None and _server.target == target:
+        return f"127.0.0.1:{_server.metrics_port}"
+    metrics = os.environ.get("PERDURE_TEST_TEMPORAL_METRICS")
+    if not metrics:
+        raise RuntimeError(
+            f"PERDURE_TEST_TEMPORAL={target} names a server whose metrics this session "
+            "cannot read: set PERDURE_TEST_TEMPORAL_METRICS to its --metrics-port host:port"
+        )
+    return metrics
+
+
 def fresh_url(tmp_path: Path, **params: str | int) -> str:
     """A URL on the session's dev server with its own task queue, id prefix and payload
     directory (under ``tmp_path``); ``params`` add to or override its query."""

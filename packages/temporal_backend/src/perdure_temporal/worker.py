@@ -2,14 +2,19 @@
 
 Workflow tasks run on a thread with its own event loop and client, so the workflow keeps
 answering (updates from other processes, the CLI's cancel) even while the
-application's loop is busy. Drives run on the application's own loop, where the
-workflow's code expects to run (its clients, locks and tasks belong to that loop).
+application's loop is busy. Once the process drives runs, the same Temporal worker
+takes the ``perdure.drive`` activity too, so Temporal starts a drive eagerly, in its
+reply to the workflow task that scheduled it, as it starts bare activities; the drive
+itself runs on the application's own loop, where the workflow's code expects to run
+(its clients, locks and tasks belong to that loop; ``attempt.relay``). A process that
+runs drives only (``role=drives``) polls for them on the application's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -40,8 +45,37 @@ def sticky_timeout(heartbeat_timeout: float) -> timedelta:
 DRAIN_TIMEOUT = timedelta(seconds=30)
 
 
-class WorkflowWorker:
-    """A Temporal worker for ``perdure.run`` on one task queue, on its own thread."""
+@dataclass(frozen=True)
+class DriveSlots:
+    """The drives one worker takes: ``concurrency`` at a time; with ``rate``, at most
+    that many activities started per second on the task queue (the server enforces it
+    across all workers) and by this worker."""
+
+    drives: Any
+    concurrency: int
+    heartbeat_timeout: float
+    rate: float | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The ``Worker`` options that run these drives."""
+        return {
+            "activities": [self.drives.drive],
+            "max_concurrent_activities": self.concurrency,
+            "max_task_queue_activities_per_second": self.rate,
+            "max_activities_per_second": self.rate,
+            "graceful_shutdown_timeout": DRAIN_TIMEOUT,
+            # The SDK sends a heartbeat at most every 0.8x the timeout by default, which
+            # leaves a loaded worker a fifth of it: send one every quarter instead.
+            # (Every half was tried: at load 17-24, 1,000 runs, drives' loops ran late
+            # enough for heartbeat timeouts, and each retried drive loaded the machine
+            # further.)
+            "max_heartbeat_throttle_interval": timedelta(seconds=self.heartbeat_timeout / 4),
+        }
+
+
+class RunWorker:
+    """A Temporal worker for ``perdure.run`` on one task queue, on its own thread; with
+    ``drives``, for the drive activity too (started eagerly)."""
 
     def __init__(
         self,
@@ -49,11 +83,15 @@ class WorkflowWorker:
         task_queue: str,
         sticky: timedelta,
         version: WorkerDeploymentVersion | None = None,
+        drives: DriveSlots | None = None,
     ) -> None:
         self.connect = connect
         self.task_queue = task_queue
         self.sticky = sticky
         self.version = version
+        self.drives = drives
+        #: The Temporal worker, once it polls.
+        self.worker: Worker | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -71,11 +109,12 @@ class WorkflowWorker:
             raise self._error
 
     def stop(self) -> None:
-        """Finish the tasks in hand and stop polling."""
+        """Finish the tasks in hand (drives: for up to ``DRAIN_TIMEOUT``) and stop
+        polling. Call it off the drives' loop: they finish there."""
         loop, stop = self._loop, self._stop
         if loop is not None and stop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(stop.set)
-        self._thread.join(30)
+        self._thread.join(DRAIN_TIMEOUT.total_seconds() + 30)
 
     def _main(self) -> None:
         try:
@@ -99,7 +138,9 @@ class WorkflowWorker:
             sticky_queue_schedule_to_start_timeout=self.sticky,
             max_concurrent_workflow_tasks=64,
             deployment_config=deployment_config(self.version),
+            **(self.drives.options() if self.drives is not None else {}),
         )
+        self.worker = worker
         async with worker:
             self._ready.set()
             await self._stop.wait()
@@ -108,32 +149,18 @@ class WorkflowWorker:
 def drive_worker(
     client: Client,
     task_queue: str,
-    drives: Any,
-    concurrency: int,
-    heartbeat_timeout: float,
-    *,
-    rate: float | None = None,
+    slots: DriveSlots,
     version: WorkerDeploymentVersion | None = None,
 ) -> Worker:
-    """A worker for the ``perdure.drive`` activity, ``concurrency`` drives at a time;
-    with ``rate``, at most that many activities started per second on the task queue
-    (the server enforces it across all workers) and by this worker; with ``version``,
-    it polls as that version of the task queue's deployment (``versioning.py``)."""
+    """A worker for the ``perdure.drive`` activity only, on the caller's loop; with
+    ``version``, it polls as that version of the task queue's deployment
+    (``versioning.py``)."""
     return Worker(
         client,
         task_queue=task_queue,
-        activities=[drives.drive],
-        max_concurrent_activities=concurrency,
-        max_task_queue_activities_per_second=rate,
-        max_activities_per_second=rate,
         # Drives of a run pinned to a code version go only to workers of that version.
         deployment_config=deployment_config(version),
-        graceful_shutdown_timeout=DRAIN_TIMEOUT,
-        # The SDK sends a heartbeat at most every 0.8x the timeout by default, which
-        # leaves a loaded worker a fifth of it: send one every quarter instead. (Every
-        # half was tried: at load 17-24, 1,000 runs, drives' loops ran late enough for
-        # heartbeat timeouts, and each retried drive loaded the machine further.)
-        max_heartbeat_throttle_interval=timedelta(seconds=heartbeat_timeout / 4),
+        **slots.options(),
     )
 
 
