@@ -639,9 +639,8 @@ class TemporalBackend(Backend):
         """The Temporal worker running drives in this process, once there is one."""
         if self._drive_worker is not None:
             return self._drive_worker
-        if self._drives is not None and self._workflows is not None:
-            return self._workflows.worker
-        return None
+        workflows = self._workflows
+        return workflows.worker if workflows is not None and workflows.drives else None
 
     # -- acting on a run -----------------------------------------------------------------
 
