@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -43,8 +44,10 @@ class Attempt:
 
     def heartbeat(self, details: Any) -> None:
         """Record a heartbeat, from any thread, in order: a heartbeat sent before the
-        drive ends reaches the activity's loop before the drive's outcome does."""
-        self._loop.call_soon_threadsafe(activity.heartbeat, details, context=self._context)
+        drive ends reaches the activity's loop before the drive's outcome does. Once the
+        worker's loop is closed the attempt is gone with it: nothing to send."""
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(activity.heartbeat, details, context=self._context)
 
     def run_cancelled(self) -> bool:
         """The attempt was cancelled by its workflow: the run is cancelled."""
@@ -79,7 +82,7 @@ async def relay(
     tasks: list[asyncio.Task[T]] = []
 
     def start() -> None:
-        task = loop.create_task(body(attempt), name=f"perdure-drive-{attempt.info.workflow_id}")
+        task = loop.create_task(body(attempt), name=f"perdure-attempt-{attempt.info.workflow_id}")
         tasks.append(task)
         task.add_done_callback(lambda done: _copy_outcome(done, outcome))
 
