@@ -14,14 +14,12 @@ import re
 import urllib.request
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from perdure import RunStatus
 from perdure._registry import open_backend
 from perdure_temporal import TemporalBackend, TemporalUrl
 from perdure_temporal.testing import fresh_url, session_metrics
-
-_POLLED = re.compile(
-    r"^task_schedule_to_start_latency_count\{(?P<labels>[^}]*)\}\s+(?P<value>[0-9.e+]+)$"
-)
 
 
 def polled(task_queue: str, task_type: str) -> float:
@@ -31,15 +29,15 @@ def polled(task_queue: str, task_type: str) -> float:
     url = f"http://{session_metrics()}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        m = _POLLED.match(line)
-        if m is None:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
-        if labels.get("taskqueue") == queue and labels.get("task_type") == task_type:
-            total += float(m["value"])
-    return total
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "task_schedule_to_start_latency"
+        for sample in family.samples
+        if sample.name.endswith("_count")
+        and sample.labels.get("taskqueue") == queue
+        and sample.labels.get("task_type") == task_type
+    )
 
 
 async def _run_three(starter: TemporalBackend, prefix: str) -> None:
