@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
 import pytest
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
 import perdure
+from perdure._registry import open_backend
+from perdure.testing.patience import Patience
+from perdure_temporal.devserver import DevServer
 from perdure_temporal.faults import is_transient, ride_out
 
 
@@ -28,6 +37,18 @@ from perdure_temporal.faults import is_transient, ride_out
         (RPCError("namespace not found", RPCStatusCode.NOT_FOUND, b""), False),
         (RPCError("bad request", RPCStatusCode.INVALID_ARGUMENT, b""), False),
         (RPCError("no such thing", RPCStatusCode.FAILED_PRECONDITION, b""), False),
+        # What Client.connect raises while nothing listens at the address (a restart).
+        (
+            RuntimeError(
+                "Failed client connect: Server connection error: tonic::transport::Error("
+                'Transport, ConnectError(ConnectError("tcp connect error", 127.0.0.1:7233, '
+                'Os { code: 111, kind: ConnectionRefused, message: "Connection refused" })))'
+            ),
+            True,
+        ),
+        (RuntimeError("Failed client connect: invalid peer certificate: UnknownIssuer"), False),
+        (RuntimeError("Failed client connect: Request unauthorized."), False),
+        (RuntimeError("connection refused by user code"), False),
         (ValueError("user code"), False),
     ],
 )
@@ -70,3 +91,30 @@ async def test_a_real_error_is_raised_at_once() -> None:
     with pytest.raises(RPCError):
         await ride_out("append", wrong)
     assert calls == 1
+
+
+async def test_a_backend_opened_while_the_server_is_down_waits_for_it_and_runs(
+    tmp_path: Path, flows: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker or an application starting while its Temporal server restarts (or is
+    not up yet) connects once the server answers, rather than exit with the refusal."""
+    server = DevServer(db_file=tmp_path / "temporal.db")  # on its port, not started
+    tag = uuid.uuid4().hex[:12]
+    url = server.url(task_queue=f"t-{tag}", id_prefix=f"{tag}-", payloads=str(tmp_path / "p"))
+    backend = open_backend(url)
+    caplog.set_level(logging.INFO, logger="perdure.temporal")
+    opening = asyncio.ensure_future(backend.open())
+    try:
+        patience = Patience(60)
+        while not any("connect to Temporal" in r.getMessage() for r in caplog.records):
+            assert not opening.done(), opening.exception()  # refused: it must not give up
+            assert not patience.expired(), "no connection was tried"
+            await asyncio.sleep(0.02)  # the poll's pace; the log line ends it
+        await asyncio.to_thread(server.start)
+        await opening
+        handle = await backend.start(flows.big_results, (2, 1), {}, run_id="after")
+        assert await handle.result() == 2 * 1024
+    finally:
+        opening.cancel()
+        await backend.close()
+        await asyncio.to_thread(server.stop)

@@ -70,6 +70,7 @@ from perdure.spi import (
     trace_context,
 )
 from perdure_temporal.codec import Values
+from perdure_temporal.connection import connect
 from perdure_temporal.drive import Drives
 from perdure_temporal.faults import ride_out
 from perdure_temporal.history import read_history
@@ -153,14 +154,9 @@ class TemporalBackend(Backend):
             if self._client is not None:
                 return
             cfg = self.config
-            connect = cfg.connect_options()
-            try:
-                client = await asyncio.wait_for(Client.connect(**connect), timeout=15)
-            except (RuntimeError, RPCError, TimeoutError, OSError) as exc:
-                raise BackendUnavailableError(
-                    f"Temporal at {cfg.target} (namespace {cfg.namespace!r}) is unavailable: {exc}"
-                ) from exc
-            self._connect = connect
+            options = cfg.connect_options()
+            client = await connect(options)
+            self._connect = options
             workflows: RunWorker | None = None
             if cfg.role != "drives":
                 workflows = self._run_worker()

@@ -15,22 +15,49 @@ that one. Failure messages are then encoded too (they can quote user data).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from temporalio.client import Client
 from temporalio.converter import DataConverter, DefaultFailureConverter, PayloadCodec
 from temporalio.envconfig import ClientConfigProfile
-from temporalio.service import TLSConfig
+from temporalio.service import RPCError, TLSConfig
 
-from perdure.spi import ConfigurationError, keyring
+from perdure.spi import BackendUnavailableError, ConfigurationError, keyring
+from perdure_temporal.faults import ride_out
 from perdure_temporal.sealing import KeyringCodec
 
 if TYPE_CHECKING:
     from perdure_temporal.url import TemporalUrl
 
 _codec: PayloadCodec | None = None
+
+#: Seconds a connection is tried again while no server answers at the address: long
+#: enough to ride out a server's restart or a frontend's rollout, short enough that a
+#: wrong address fails a command soon.
+CONNECT_BUDGET = 30.0
+#: Seconds one connection attempt may take (a server that accepts and never answers).
+CONNECT_TIMEOUT = 15.0
+
+
+async def connect(options: dict[str, Any], *, budget: float = CONNECT_BUDGET) -> Client:
+    """``Client.connect(**options)``, tried again while no server answers (a worker
+    starting while the server restarts waits for it rather than exiting); a
+    ``BackendUnavailableError`` naming the address when it stays away or refuses."""
+    target, namespace = options.get("target_host"), options.get("namespace")
+    try:
+        return await ride_out(
+            f"connect to Temporal at {target}",
+            lambda: asyncio.wait_for(Client.connect(**options), timeout=CONNECT_TIMEOUT),
+            budget=budget,
+        )
+    except (RuntimeError, RPCError, TimeoutError, OSError, BackendUnavailableError) as exc:
+        raise BackendUnavailableError(
+            f"Temporal at {target} (namespace {namespace!r}) is unavailable: {exc}"
+        ) from exc
 
 
 def use_payload_codec(codec: PayloadCodec | None) -> None:

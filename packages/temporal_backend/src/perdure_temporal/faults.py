@@ -4,11 +4,13 @@ A loaded worker or a restarting server shows as states that pass by themselves:
 ``WorkflowNotReady`` (the workflow's first task has not completed, or its last one
 failed and is being retried), "Workflow Task in failed state" on a query, an update
 whose RPC timed out (``WorkflowUpdateRPCTimeoutOrCancelledError``), ``UNAVAILABLE`` and
-``DEADLINE_EXCEEDED``, and a pin to a code version whose workers' first poll the server
-has not registered yet (``versioning.py``). None of them says anything about the run:
-the call is sent again (an update with the same update id, which Temporal applies at
-most once), with capped, jittered backoff, and only after ``budget`` seconds does the
-caller see a ``BackendUnavailableError`` — never the workflow's code.
+``DEADLINE_EXCEEDED``, a connection that no server answered yet (it is restarting or not
+up: the SDK raises a ``RuntimeError`` saying so), and a pin to a code version whose
+workers' first poll the server has not registered yet (``versioning.py``). None of them
+says anything about the run: the call is sent again (an update with the same update id,
+which Temporal applies at most once), with capped, jittered backoff, and only after
+``budget`` seconds does the caller see a ``BackendUnavailableError`` — never the
+workflow's code.
 """
 
 from __future__ import annotations
@@ -43,6 +45,25 @@ _TRANSIENT_CODES = (
 #: What Temporal says (FAILED_PRECONDITION, or a failed query) while a workflow task
 #: is being retried or has not run yet.
 _TRANSIENT_TEXT = ("workflow task in failed state", "not ready", "workflownotready")
+#: What ``Client.connect`` says when nothing answers at the address (refused, reset,
+#: unavailable): a server restarting or not up yet. Not a TLS or credential failure.
+_UNREACHABLE_TEXT = (
+    "tcp connect error",
+    "connection refused",
+    "connectionrefused",
+    "connection reset",
+    "unavailable",
+)
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` is ``Client.connect`` finding no server answering."""
+    text = str(exc).lower()
+    return (
+        isinstance(exc, RuntimeError)
+        and "failed client connect" in text
+        and any(t in text for t in _UNREACHABLE_TEXT)
+    )
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -58,7 +79,7 @@ def is_transient(exc: BaseException) -> bool:
         )
     if isinstance(exc, WorkflowQueryFailedError):
         return any(t in str(exc).lower() for t in _TRANSIENT_TEXT)
-    return False
+    return is_unreachable(exc)
 
 
 def temporal_fault(exc: BaseException) -> Fault | None:

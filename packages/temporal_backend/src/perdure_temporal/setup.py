@@ -19,10 +19,8 @@ from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
-from temporalio.client import Client
-from temporalio.service import RPCError
 
-from perdure.spi import BackendUnavailableError
+from perdure_temporal.connection import connect
 from perdure_temporal.url import TemporalUrl
 from perdure_temporal.workflow import SEARCH_ATTRIBUTES
 
@@ -30,12 +28,7 @@ from perdure_temporal.workflow import SEARCH_ATTRIBUTES
 async def ensure_search_attributes(url: str) -> list[str]:
     """Create perdure's search attributes on ``url``'s namespace; return those added."""
     config = TemporalUrl.parse(url)
-    try:
-        client = await asyncio.wait_for(Client.connect(**config.connect_options()), timeout=15)
-    except (RuntimeError, RPCError, TimeoutError, OSError) as exc:
-        raise BackendUnavailableError(
-            f"Temporal at {config.target} (namespace {config.namespace!r}) is unavailable: {exc}"
-        ) from exc
+    client = await connect(config.connect_options())
     have = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=config.namespace)
     )

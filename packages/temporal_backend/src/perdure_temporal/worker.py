@@ -13,6 +13,8 @@ runs drives only (``role=drives``) polls for them on the application's loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,9 +25,15 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.converter import DataConverter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
+from perdure_temporal.connection import connect
 from perdure_temporal.versioning import deployment_config
 from perdure_temporal.workflow import PerdureRun
 
+log = logging.getLogger("perdure.temporal")
+
+#: Seconds before a failed Temporal worker is started again, doubling up to the next.
+RESTART_DELAY = 1.0
+MAX_RESTART_DELAY = 30.0
 #: The longest a workflow task waits on the sticky queue of the worker that last ran
 #: the workflow before any worker may take it (Temporal's SDK default).
 MAX_STICKY_TIMEOUT = 10.0
@@ -124,9 +132,32 @@ class RunWorker:
             self._ready.set()
 
     async def _serve(self) -> None:
+        """Poll until stopped. A Temporal worker fails for good once its polls have
+        failed for a while (a server away longer than the SDK's own retries): this
+        thread then starts a new one, at a growing interval, rather than leave the
+        process alive with nothing polling for its runs."""
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        client = await Client.connect(**self.connect)
+        delay = RESTART_DELAY
+        while not self._stop.is_set():
+            try:
+                await self._poll()
+            except Exception as exc:
+                if not self._ready.is_set():
+                    raise  # start() reports it
+                log.warning(
+                    "the Temporal worker for task queue %r failed (%s); starting it again",
+                    self.task_queue,
+                    exc,
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                delay = min(delay * 2, MAX_RESTART_DELAY)
+
+    async def _poll(self) -> None:
+        """One Temporal worker, until stopped (then drained) or failed (raised)."""
+        assert self._stop is not None
+        client = await connect(self.connect)
         worker = Worker(
             client,
             task_queue=self.task_queue,
@@ -141,9 +172,18 @@ class RunWorker:
             **(self.drives.options() if self.drives is not None else {}),
         )
         self.worker = worker
-        async with worker:
-            self._ready.set()
-            await self._stop.wait()
+        running = asyncio.ensure_future(worker.run())
+        stopped = asyncio.ensure_future(self._stop.wait())
+        self._ready.set()
+        try:
+            await asyncio.wait((running, stopped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if not running.done():
+            await worker.shutdown()
+        await running  # its fatal error, if it failed
+        if not self._stop.is_set():
+            raise RuntimeError("it stopped polling by itself")
 
 
 def drive_worker(

@@ -302,6 +302,11 @@ class Chaos:
                 proc.wait(60)
             # rich wraps log lines to the console's width: compare without line breaks
             tally.outage_logged |= "is unavailable" in " ".join(proc.output().split())
+        if tally.problems:
+            # What the driving processes said: the only account of a stuck run's drive
+            # that survives the scenario (pytest shows it with the failure).
+            for proc in [*self.every_worker, *self.every_starter]:
+                print(proc.output()[-OUTPUT_TAIL:])
         return tally
 
     async def _infos(self, run_ids: list[str]) -> dict[str, RunInfo]:
@@ -384,6 +389,10 @@ class Chaos:
                 tally.problems.append(f"{run_id} is {info.status.value}: {info.attention}")
             elif info.result != EXPECTED:
                 tally.problems.append(f"{run_id} returned {info.result}")
+
+
+#: The characters of each process's output shown when a scenario found problems.
+OUTPUT_TAIL = 4000
 
 
 def _finished(info: RunInfo | None) -> bool:
