@@ -47,17 +47,17 @@ async def connect(options: dict[str, Any], *, budget: float = CONNECT_BUDGET) ->
     """``Client.connect(**options)``, tried again while no server answers (a worker
     starting while the server restarts waits for it rather than exiting); a
     ``BackendUnavailableError`` naming the address when it stays away or refuses."""
-    target, namespace = options.get("target_host"), options.get("namespace")
+    where = f"Temporal at {options.get('target_host')} (namespace {options.get('namespace')!r})"
     try:
         return await ride_out(
-            f"connect to Temporal at {target}",
+            f"connect to {where}",
             lambda: asyncio.wait_for(Client.connect(**options), timeout=CONNECT_TIMEOUT),
             budget=budget,
         )
-    except (RuntimeError, RPCError, TimeoutError, OSError, BackendUnavailableError) as exc:
-        raise BackendUnavailableError(
-            f"Temporal at {target} (namespace {namespace!r}) is unavailable: {exc}"
-        ) from exc
+    except BackendUnavailableError:
+        raise  # it stayed away for the whole budget: ride_out names the call
+    except (RuntimeError, RPCError, TimeoutError, OSError) as exc:
+        raise BackendUnavailableError(f"{where} is unavailable: {exc}") from exc
 
 
 def use_payload_codec(codec: PayloadCodec | None) -> None:

@@ -46,6 +46,8 @@ MODULE = "perdure.testing.chaos"
 #: Runs in flight at once; the rest start as earlier ones finish.
 WAVE = 4
 EXPECTED = {"pure": 10, "charge": 10, "email": 10}
+#: The characters of each process's output shown when a scenario found problems.
+OUTPUT_TAIL = 4000
 
 
 def _receiver(path: str) -> str:
@@ -389,10 +391,6 @@ class Chaos:
                 tally.problems.append(f"{run_id} is {info.status.value}: {info.attention}")
             elif info.result != EXPECTED:
                 tally.problems.append(f"{run_id} returned {info.result}")
-
-
-#: The characters of each process's output shown when a scenario found problems.
-OUTPUT_TAIL = 4000
 
 
 def _finished(info: RunInfo | None) -> bool:
